@@ -1,0 +1,190 @@
+// Package controllers reconciles DistributedLocks against the
+// coordination.k8s.io/v1 Leases that back them.
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+)
+
+const (
+	// leaseNameIndex indexes DistributedLocks by the name of their Lease, so
+	// a Lease event finds its lock whether or not the Lease is owned yet.
+	leaseNameIndex = "locks.frontdesk.dev/lease-name"
+	// conflictRetryDelay is how soon a pass that lost a compare-and-swap
+	// race runs again, from a fresh read of the cache.
+	conflictRetryDelay = 100 * time.Millisecond
+	// eventAction is the action recorded on Events this controller emits.
+	eventAction = "ObserveLease"
+)
+
+// DistributedLockReconciler keeps each DistributedLock's Lease in place and
+// mirrors the Lease's holder and fencing token into the lock's status.
+type DistributedLockReconciler struct {
+	client.Client
+	// Scheme is used to set owner references on Leases.
+	Scheme *runtime.Scheme
+	// Recorder records Events on DistributedLocks.
+	Recorder events.EventRecorder
+	// Clock is the controller's time source; expiry is judged on it.
+	Clock clock.PassiveClock
+	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
+	MaxConcurrentReconciles int
+
+	observations *observationTracker
+}
+
+// +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks/finalizers,verbs=update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile fetches the lock and hands it to reconcile.
+func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	lock := &locksv1alpha1.DistributedLock{}
+	if err := r.Get(ctx, req.NamespacedName, lock); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.observations.forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("reading distributedlock %s: %w", req.NamespacedName, err)
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("distributedlock", klog.KObj(lock))
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	result, err := r.reconcile(ctx, lock)
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		// Someone else wrote first; the watch brings the newer object.
+		log.V(1).Info("lost a write race; retrying from a fresh read", "reason", err.Error())
+		return ctrl.Result{RequeueAfter: conflictRetryDelay}, nil
+	}
+	return result, err
+}
+
+// reconcile does one pass: lease in place, one status write, events after.
+func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1alpha1.DistributedLock) (ctrl.Result, error) {
+	if !lock.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalizeLock(ctx, lock)
+	}
+	if controllerutil.AddFinalizer(lock, LockCleanupFinalizer) {
+		if err := r.Update(ctx, lock); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+
+	state, leaseEvents, err := r.ensureLease(ctx, lock)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	r.recordEvents(lock, state.lease, leaseEvents)
+
+	now := r.Clock.Now()
+	var obs observation
+	if state.lease != nil {
+		obs = r.observations.observe(client.ObjectKeyFromObject(lock), recordOf(state.lease), now)
+	}
+	res := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: now})
+	if err := r.updateStatus(ctx, lock, res.status); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.releaseTerminatingLease(ctx, lock, state.lease); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.recordEvents(lock, state.lease, res.events)
+	return ctrl.Result{RequeueAfter: res.expiresIn}, nil
+}
+
+// updateStatus writes status when it changed. The Update carries the lock's
+// resourceVersion, so a stale read can never overwrite a newer token.
+func (r *DistributedLockReconciler) updateStatus(ctx context.Context, lock *locksv1alpha1.DistributedLock,
+	status locksv1alpha1.DistributedLockStatus) error {
+	if equality.Semantic.DeepEqual(lock.Status, status) {
+		return nil
+	}
+	lock.Status = status
+	if err := r.Status().Update(ctx, lock); err != nil {
+		return fmt.Errorf("updating status: %w", err)
+	}
+	return nil
+}
+
+// finalizeLock deletes the lock's Lease and then lets the lock go.
+func (r *DistributedLockReconciler) finalizeLock(ctx context.Context, lock *locksv1alpha1.DistributedLock) error {
+	if !controllerutil.ContainsFinalizer(lock, LockCleanupFinalizer) {
+		return nil
+	}
+	if err := r.deleteLease(ctx, lock); err != nil {
+		return err
+	}
+	controllerutil.RemoveFinalizer(lock, LockCleanupFinalizer)
+	if err := r.Update(ctx, lock); err != nil {
+		return fmt.Errorf("removing finalizer: %w", err)
+	}
+	r.observations.forget(client.ObjectKeyFromObject(lock))
+	return nil
+}
+
+func (r *DistributedLockReconciler) recordEvents(lock *locksv1alpha1.DistributedLock, lease *coordinationv1.Lease, evs []lockEvent) {
+	for _, ev := range evs {
+		var related runtime.Object
+		if lease != nil {
+			related = lease
+		}
+		r.Recorder.Eventf(lock, related, ev.eventType, ev.reason, eventAction, "%s", ev.note)
+	}
+}
+
+// locksForLease maps a Lease event to the locks backed by that Lease.
+func (r *DistributedLockReconciler) locksForLease(ctx context.Context, obj client.Object) []reconcile.Request {
+	var locks locksv1alpha1.DistributedLockList
+	if err := r.List(ctx, &locks, client.InNamespace(obj.GetNamespace()),
+		client.MatchingFields{leaseNameIndex: obj.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing locks for lease", "lease", klog.KObj(obj))
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(locks.Items))
+	for i := range locks.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{
+			Namespace: locks.Items[i].Namespace, Name: locks.Items[i].Name}})
+	}
+	return reqs
+}
+
+// SetupWithManager registers the controller, its index and its watches.
+func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.observations = newObservationTracker()
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &locksv1alpha1.DistributedLock{}, leaseNameIndex,
+		func(o client.Object) []string {
+			return []string{o.(*locksv1alpha1.DistributedLock).EffectiveLeaseName()}
+		}); err != nil {
+		return fmt.Errorf("indexing distributedlocks by lease name: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&locksv1alpha1.DistributedLock{}).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.locksForLease)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
+		Named("distributedlock").
+		Complete(r)
+}

@@ -1,0 +1,332 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/frontdesk-dev/frontdesk/controllers"
+	testutil "github.com/frontdesk-dev/frontdesk/test/util"
+)
+
+func TestLockCreatesOwnedLease(t *testing.T) {
+	ns := newNamespace(t)
+	lock := createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(20).Obj())
+
+	g := NewWithT(t)
+	lease := getLease(g, ns, "billing")
+	owner := metav1.GetControllerOf(lease)
+	g.Expect(owner).NotTo(BeNil(), "lease has no controller owner reference")
+	g.Expect(owner.UID).To(Equal(lock.UID))
+	g.Expect(owner.Kind).To(Equal("DistributedLock"))
+	g.Expect(lease.Finalizers).To(ContainElement(controllers.LeaseTokenFinalizer))
+	g.Expect(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)).To(BeEquivalentTo(20))
+	g.Expect(lease.Spec.HolderIdentity).To(BeNil())
+
+	g.Expect(lock.Status.LeaseName).To(Equal("billing"))
+	g.Expect(lock.Status.ObservedGeneration).To(Equal(lock.Generation))
+	g.Expect(lock.Status.Holder).To(BeEmpty())
+	g.Expect(heldReason(lock)).To(Equal(controllers.ReasonNotHeld))
+	g.Expect(lock.Finalizers).To(ContainElement(controllers.LockCleanupFinalizer))
+}
+
+func TestLeaseNameDefaultsAndOverrides(t *testing.T) {
+	ns := newNamespace(t)
+	lock := createReadyLock(t, testutil.MakeLock("payments", ns).LeaseName("payments-lease").Obj())
+	g := NewWithT(t)
+	g.Expect(lock.Status.LeaseName).To(Equal("payments-lease"))
+	g.Expect(lock.Spec.LeaseDurationSeconds).To(BeEquivalentTo(15), "apiserver default for leaseDurationSeconds")
+	lease := getLease(g, ns, "payments-lease")
+	g.Expect(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)).To(BeEquivalentTo(15))
+}
+
+func TestGrantShowsInStatusWithinASecond(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
+	ctx := context.Background()
+
+	token, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := time.Now()
+	eventually(t, time.Second, func(g Gomega) {
+		lock := getLock(g, ns, "billing")
+		g.Expect(lock.Status.Holder).To(Equal("worker-a"))
+		g.Expect(lock.Status.FencingToken).To(BeEquivalentTo(token))
+		g.Expect(heldReason(lock)).To(Equal(controllers.ReasonHeld))
+		g.Expect(lock.Status.ExpireTime).NotTo(BeNil())
+		g.Expect(lock.Status.AcquireTime).NotTo(BeNil())
+	})
+	t.Logf("status showed the grant %s after the Lease update", time.Since(granted).Round(time.Millisecond))
+	eventually(t, 5*time.Second, func(g Gomega) {
+		g.Expect(eventReasons(g, ns, "billing")).To(ContainElement(controllers.EventAcquired))
+	})
+}
+
+func TestExpiryThenTakeoverGetsHigherToken(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
+	ctx := context.Background()
+
+	first, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Renew twice, then stop: a holder that froze.
+	for range 2 {
+		time.Sleep(500 * time.Millisecond) // the holder's renew interval, not an assertion
+		if err := testutil.Renew(ctx, clientset, ns, "billing", "worker-a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 6*time.Second, func(g Gomega) {
+		lock := getLock(g, ns, "billing")
+		g.Expect(lock.Status.Holder).To(Equal("worker-a"))
+		g.Expect(heldReason(lock)).To(Equal(controllers.ReasonExpired))
+		g.Expect(eventReasons(g, ns, "billing")).To(ContainElement(controllers.EventExpired))
+	})
+
+	second, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second <= first {
+		t.Fatalf("takeover token %d is not greater than the first grant's %d", second, first)
+	}
+	eventually(t, 2*time.Second, func(g Gomega) {
+		lock := getLock(g, ns, "billing")
+		g.Expect(lock.Status.Holder).To(Equal("worker-b"))
+		g.Expect(lock.Status.FencingToken).To(BeEquivalentTo(second))
+		g.Expect(heldReason(lock)).To(Equal(controllers.ReasonHeld))
+		g.Expect(eventReasons(g, ns, "billing")).To(ContainElement(controllers.EventTakenOver))
+	})
+
+	if err := testutil.Release(ctx, clientset, ns, "billing", "worker-b"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, func(g Gomega) {
+		lock := getLock(g, ns, "billing")
+		g.Expect(lock.Status.Holder).To(BeEmpty())
+		g.Expect(lock.Status.FencingToken).To(BeEquivalentTo(second), "release keeps the token")
+		g.Expect(heldReason(lock)).To(Equal(controllers.ReasonNotHeld))
+		g.Expect(eventReasons(g, ns, "billing")).To(ContainElement(controllers.EventReleased))
+	})
+}
+
+func TestRenewalsDoNotSpamEvents(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(3).Obj())
+	ctx := context.Background()
+	if _, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-a"); err != nil {
+		t.Fatal(err)
+	}
+	const renewals = 10
+	for range renewals {
+		time.Sleep(200 * time.Millisecond) // renew interval
+		if err := testutil.Renew(ctx, clientset, ns, "billing", "worker-a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease := getLease(NewWithT(t), ns, "billing")
+	eventually(t, 2*time.Second, func(g Gomega) {
+		lock := getLock(g, ns, "billing")
+		g.Expect(lock.Status.RenewTime.Equal(lease.Spec.RenewTime)).To(BeTrue(), "status caught up with the last renewal")
+		g.Expect(heldReason(lock)).To(Equal(controllers.ReasonHeld))
+	})
+	reasons := eventReasons(NewWithT(t), ns, "billing")
+	if n := countOf(reasons, controllers.EventRenewed); n != 1 {
+		t.Errorf("%d renewals produced %d Renewed events (%v); want exactly 1", renewals, n, reasons)
+	}
+}
+
+func TestLeaseRecreatedContinuesFromHighestToken(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
+	ctx := context.Background()
+	g := NewWithT(t)
+
+	// Reach token 7 through real grants.
+	var token int32
+	for i := range 7 {
+		var err error
+		if token, err = testutil.Grant(ctx, clientset, ns, "billing", "worker-"+string(rune('a'+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.Expect(token).To(BeEquivalentTo(7))
+	eventually(t, 2*time.Second, func(g Gomega) {
+		g.Expect(getLock(g, ns, "billing").Status.FencingToken).To(BeEquivalentTo(7))
+	})
+
+	old := getLease(g, ns, "billing")
+	g.Expect(clientset.CoordinationV1().Leases(ns).Delete(ctx, "billing", metav1.DeleteOptions{})).To(Succeed())
+	eventually(t, 5*time.Second, func(g Gomega) {
+		lease := getLease(g, ns, "billing")
+		g.Expect(lease.UID).NotTo(Equal(old.UID), "lease not yet recreated")
+		g.Expect(ptr.Deref(lease.Spec.LeaseTransitions, 0)).To(BeNumerically(">=", 7))
+		g.Expect(lease.Spec.HolderIdentity).To(BeNil())
+		g.Expect(getLock(g, ns, "billing").Status.FencingToken).To(BeNumerically(">=", 7))
+	})
+	next, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-next")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(next).To(BeEquivalentTo(8))
+	eventually(t, 2*time.Second, func(g Gomega) {
+		lock := getLock(g, ns, "billing")
+		g.Expect(lock.Status.FencingToken).To(BeEquivalentTo(8))
+		g.Expect(lock.Status.Holder).To(Equal("worker-next"))
+		g.Expect(eventReasons(g, ns, "billing")).To(ContainElement(controllers.EventLeaseRecreated))
+	})
+}
+
+// A grant immediately followed by deleting the Lease, faster than the
+// controller can observe the grant: the finalizer holds the Lease until its
+// token is recorded, so the recreated Lease never reuses that token.
+func TestGrantThenDeleteNeverReusesToken(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
+	ctx := context.Background()
+	g := NewWithT(t)
+
+	var last int32
+	for round := range 5 {
+		token, err := testutil.Grant(ctx, clientset, ns, "billing", "racer")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(token).To(BeNumerically(">", last), "round %d", round)
+		last = token
+		g.Expect(clientset.CoordinationV1().Leases(ns).Delete(ctx, "billing", metav1.DeleteOptions{})).To(Succeed())
+		eventually(t, 5*time.Second, func(g Gomega) {
+			lease := getLease(g, ns, "billing")
+			g.Expect(lease.DeletionTimestamp).To(BeNil(), "old lease still terminating")
+			g.Expect(ptr.Deref(lease.Spec.LeaseTransitions, 0)).To(BeNumerically(">=", last))
+		})
+	}
+	eventually(t, 2*time.Second, func(g Gomega) {
+		g.Expect(getLock(g, ns, "billing").Status.FencingToken).To(BeEquivalentTo(last))
+	})
+}
+
+func TestLeaseBehindTheFloorIsRaisedAndStaleGrantVoided(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
+	ctx := context.Background()
+	g := NewWithT(t)
+	for range 5 {
+		_, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-a")
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	eventually(t, 2*time.Second, func(g Gomega) {
+		g.Expect(getLock(g, ns, "billing").Status.FencingToken).To(BeEquivalentTo(5))
+	})
+
+	// Someone edits the Lease by hand and winds the token back to 2.
+	lease, err := clientset.CoordinationV1().Leases(ns).Get(ctx, "billing", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	lease.Spec.LeaseTransitions = ptr.To[int32](2)
+	lease.Spec.HolderIdentity = ptr.To("rogue")
+	_, err = clientset.CoordinationV1().Leases(ns).Update(ctx, lease, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	eventually(t, 3*time.Second, func(g Gomega) {
+		lease := getLease(g, ns, "billing")
+		g.Expect(ptr.Deref(lease.Spec.LeaseTransitions, 0)).To(BeEquivalentTo(5))
+		g.Expect(lease.Spec.HolderIdentity).To(BeNil(), "the grant made with a reused token is voided")
+		lock := getLock(g, ns, "billing")
+		g.Expect(lock.Status.FencingToken).To(BeEquivalentTo(5))
+		g.Expect(eventReasons(g, ns, "billing")).To(ContainElement(controllers.EventTokenFloorRestored))
+	})
+	next, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-b")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(next).To(BeEquivalentTo(6))
+}
+
+func TestExistingLeaseIsAdoptedWithoutDisturbingHolder(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	g := NewWithT(t)
+	now := metav1.NewMicroTime(time.Now())
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "legacy", Namespace: ns},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To("old-timer"),
+			LeaseDurationSeconds: ptr.To[int32](30),
+			LeaseTransitions:     ptr.To[int32](3),
+			AcquireTime:          &now,
+			RenewTime:            &now,
+		},
+	}
+	g.Expect(k8sClient.Create(ctx, lease)).To(Succeed())
+
+	lock := createReadyLock(t, testutil.MakeLock("legacy", ns).LeaseDuration(5).Obj())
+	adopted := getLease(g, ns, "legacy")
+	g.Expect(metav1.IsControlledBy(adopted, lock)).To(BeTrue())
+	g.Expect(adopted.Finalizers).To(ContainElement(controllers.LeaseTokenFinalizer))
+	g.Expect(ptr.Deref(adopted.Spec.HolderIdentity, "")).To(Equal("old-timer"))
+	g.Expect(ptr.Deref(adopted.Spec.LeaseTransitions, 0)).To(BeEquivalentTo(3))
+	g.Expect(ptr.Deref(adopted.Spec.LeaseDurationSeconds, 0)).To(BeEquivalentTo(30), "a live holder's duration is not cut short")
+	g.Expect(adopted.Spec.RenewTime.Equal(lease.Spec.RenewTime)).To(BeTrue(), "renewTime untouched")
+	eventually(t, 2*time.Second, func(g Gomega) {
+		lock := getLock(g, ns, "legacy")
+		g.Expect(lock.Status.Holder).To(Equal("old-timer"))
+		g.Expect(lock.Status.FencingToken).To(BeEquivalentTo(3))
+		g.Expect(heldReason(lock)).To(Equal(controllers.ReasonHeld))
+		g.Expect(eventReasons(g, ns, "legacy")).To(ContainElement(controllers.EventLeaseAdopted))
+	})
+}
+
+func TestLeaseControlledByAnotherLockIsNotTaken(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("first", ns).LeaseName("shared").Obj())
+	g := NewWithT(t)
+	second := testutil.MakeLock("second", ns).LeaseName("shared").Obj()
+	g.Expect(k8sClient.Create(context.Background(), second)).To(Succeed())
+	eventually(t, 5*time.Second, func(g Gomega) {
+		lock := getLock(g, ns, "second")
+		g.Expect(lock.Status.Conditions).To(ContainElement(And(
+			HaveField("Type", controllers.ConditionReady),
+			HaveField("Reason", controllers.ReasonLeaseOwnedByOther),
+			HaveField("Message", ContainSubstring("spec.leaseName")),
+		)))
+	})
+	lease := getLease(g, ns, "shared")
+	g.Expect(metav1.GetControllerOf(lease).Name).To(Equal("first"))
+}
+
+func TestDeletingLockDeletesLease(t *testing.T) {
+	ns := newNamespace(t)
+	lock := createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
+	ctx := context.Background()
+	if _, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-a"); err != nil {
+		t.Fatal(err)
+	}
+	g := NewWithT(t)
+	g.Expect(k8sClient.Delete(ctx, lock)).To(Succeed())
+	eventually(t, 5*time.Second, func(g Gomega) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(lock), lock)
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "lock still exists: %v", err)
+		err = k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "billing"}, &coordinationv1.Lease{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "lease still exists: %v", err)
+	})
+}
+
+func TestControllerKeepsFinalizerOffForeignLeases(t *testing.T) {
+	// A Lease nobody's lock points at is left untouched.
+	ns := newNamespace(t)
+	ctx := context.Background()
+	g := NewWithT(t)
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", Namespace: ns},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("someone")}}
+	g.Expect(k8sClient.Create(ctx, lease)).To(Succeed())
+	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
+	got := getLease(g, ns, "unrelated")
+	g.Expect(controllerutil.ContainsFinalizer(got, controllers.LeaseTokenFinalizer)).To(BeFalse())
+	g.Expect(got.OwnerReferences).To(BeEmpty())
+}

@@ -1,0 +1,50 @@
+// Package util holds builders and helpers shared by frontdesk's tests.
+package util
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+)
+
+// LockBuilder builds DistributedLocks for tests.
+type LockBuilder struct {
+	lock locksv1alpha1.DistributedLock
+}
+
+// MakeLock starts a builder for a lock with the given name and namespace.
+func MakeLock(name, namespace string) *LockBuilder {
+	return &LockBuilder{lock: locksv1alpha1.DistributedLock{
+		TypeMeta:   metav1.TypeMeta{APIVersion: locksv1alpha1.GroupVersion.String(), Kind: "DistributedLock"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+	}}
+}
+
+// LeaseDuration sets spec.leaseDurationSeconds.
+func (b *LockBuilder) LeaseDuration(seconds int32) *LockBuilder {
+	b.lock.Spec.LeaseDurationSeconds = seconds
+	return b
+}
+
+// LeaseName sets spec.leaseName.
+func (b *LockBuilder) LeaseName(name string) *LockBuilder {
+	b.lock.Spec.LeaseName = name
+	return b
+}
+
+// Generation sets metadata.generation.
+func (b *LockBuilder) Generation(g int64) *LockBuilder {
+	b.lock.Generation = g
+	return b
+}
+
+// Status sets the recorded status.
+func (b *LockBuilder) Status(st locksv1alpha1.DistributedLockStatus) *LockBuilder {
+	b.lock.Status = st
+	return b
+}
+
+// Obj returns a copy of the built lock.
+func (b *LockBuilder) Obj() *locksv1alpha1.DistributedLock {
+	return b.lock.DeepCopy()
+}
