@@ -49,6 +49,8 @@ test: manifests generate fmt vet k8s-binaries ## Run unit and integration tests 
 .PHONY: verify
 verify: manifests generate fmt vet ## Regenerate everything and fail if the tree changed.
 	go mod tidy
+	cd hack/tools && go mod tidy
+	cd hack/k8s-binaries && go mod tidy
 	git diff --exit-code
 
 ##@ Build

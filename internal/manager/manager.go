@@ -133,5 +133,3 @@ func readyWhenCacheSynced(mgr ctrl.Manager) healthz.Checker {
 		return nil
 	}
 }
-
-

@@ -86,4 +86,3 @@ func eventually(t *testing.T, timeout time.Duration, fn func(g Gomega)) {
 	t.Helper()
 	NewWithT(t).Eventually(fn).WithTimeout(timeout).WithPolling(20 * time.Millisecond).Should(Succeed())
 }
-

@@ -1,0 +1,171 @@
+// Package localrun is the quick start: a local control plane with the CRD
+// installed, the frontdesk manager running against it, and sample locks
+// applied, so a user can try frontdesk with nothing but Go installed.
+package localrun
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/controllers"
+	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
+	"github.com/frontdesk-dev/frontdesk/internal/manager"
+)
+
+// Options configure Run.
+type Options struct {
+	// AssetsDir holds kube-apiserver, etcd and kubectl (see controlplane).
+	AssetsDir string
+	// SamplePaths are YAML files of objects to apply once the manager runs.
+	SamplePaths []string
+	// Namespace is where namespaced samples without a namespace go.
+	Namespace string
+	// KubeconfigPath is where the admin kubeconfig is written.
+	KubeconfigPath string
+	// MetricsBindAddress serves the manager's metrics (plain HTTP); "0" disables.
+	MetricsBindAddress string
+	// ExitWhenReady stops everything once the samples are Ready, after
+	// printing what `kubectl get distributedlocks` shows (used by tests).
+	ExitWhenReady bool
+}
+
+// Run starts the control plane and the manager, applies the samples, waits
+// until they are Ready, prints how to look at them, and then serves until
+// ctx ends (or returns at once with ExitWhenReady).
+func Run(ctx context.Context, opts Options, out io.Writer) error {
+	kubeconfig, err := filepath.Abs(opts.KubeconfigPath)
+	if err != nil {
+		return fmt.Errorf("resolving kubeconfig path: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(kubeconfig), 0o755); err != nil {
+		return fmt.Errorf("creating kubeconfig directory: %w", err)
+	}
+	fmt.Fprintln(out, "starting etcd and kube-apiserver ...")
+	cp, err := controlplane.Start(controlplane.Options{AssetsDir: opts.AssetsDir, KubeconfigPath: kubeconfig})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(out, "stopping the control plane")
+		_ = cp.Stop()
+	}()
+
+	mgrOpts := manager.DefaultOptions()
+	mgrOpts.MetricsBindAddress = opts.MetricsBindAddress
+	mgrOpts.SecureMetrics = false
+	mgrOpts.HealthProbeBindAddress = "0"
+	mgrCtx, stopManager := context.WithCancel(ctx)
+	defer stopManager()
+	mgr, err := manager.New(mgrCtx, cp.Config, mgrOpts)
+	if err != nil {
+		return err
+	}
+	mgrDone := make(chan error, 1)
+	go func() { mgrDone <- mgr.Start(mgrCtx) }()
+	fmt.Fprintln(out, "frontdesk manager running")
+
+	c, err := client.New(cp.Config, client.Options{Scheme: manager.NewScheme()})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	names, err := applySamples(ctx, c, opts.SamplePaths, opts.Namespace)
+	if err != nil {
+		return err
+	}
+	if err := waitReady(ctx, c, opts.Namespace, names); err != nil {
+		return err
+	}
+
+	kubectl := filepath.Join(cp.AssetsDir, "kubectl")
+	getLine := fmt.Sprintf("%s --kubeconfig %s get distributedlocks -n %s", kubectl, cp.KubeconfigPath, opts.Namespace)
+	fmt.Fprintf(out, "\nlocks applied and Ready: %v\nlook at them with:\n\n  %s\n\n", names, getLine)
+	if opts.ExitWhenReady {
+		return printKubectl(ctx, out, kubectl, cp.KubeconfigPath, opts.Namespace)
+	}
+	fmt.Fprintln(out, "press Ctrl-C to stop")
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-mgrDone:
+		return fmt.Errorf("manager stopped: %w", err)
+	}
+}
+
+// applySamples creates every object in the YAML files and returns the names
+// of the DistributedLocks among them.
+func applySamples(ctx context.Context, c client.Client, paths []string, namespace string) ([]string, error) {
+	var locks []string
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading sample: %w", err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			obj := &unstructured.Unstructured{}
+			if err := dec.Decode(&obj.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return nil, fmt.Errorf("decoding %s: %w", path, err)
+			}
+			if len(obj.Object) == 0 {
+				continue
+			}
+			if obj.GetNamespace() == "" {
+				obj.SetNamespace(namespace)
+			}
+			if err := c.Create(ctx, obj); err != nil {
+				return nil, fmt.Errorf("applying %s %s from %s: %w", obj.GetKind(), obj.GetName(), path, err)
+			}
+			if obj.GetKind() == "DistributedLock" {
+				locks = append(locks, obj.GetName())
+			}
+		}
+	}
+	return locks, nil
+}
+
+// waitReady waits until every named lock reports Ready.
+func waitReady(ctx context.Context, c client.Client, namespace string, names []string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, name := range names {
+		for {
+			lock := &locksv1alpha1.DistributedLock{}
+			err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, lock)
+			if err == nil && meta.IsStatusConditionTrue(lock.Status.Conditions, controllers.ConditionReady) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("waiting for lock %s to become Ready: %w", name, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// printKubectl runs `kubectl get distributedlocks` and copies its output.
+func printKubectl(ctx context.Context, out io.Writer, kubectl, kubeconfig, namespace string) error {
+	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "get", "distributedlocks", "-n", namespace, "-o", "wide")
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("running kubectl get distributedlocks: %w", err)
+	}
+	return nil
+}
