@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
 const (
@@ -49,7 +50,7 @@ type DistributedLockReconciler struct {
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
 
-	observations *observationTracker
+	observations *lease.Observer
 }
 
 // +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks,verbs=get;list;watch;update;patch
@@ -63,7 +64,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	lock := &locksv1alpha1.DistributedLock{}
 	if err := r.Get(ctx, req.NamespacedName, lock); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.observations.forget(req.NamespacedName)
+			r.observations.Forget(req.NamespacedName.String())
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("reading distributedlock %s: %w", req.NamespacedName, err)
@@ -98,9 +99,9 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 	r.recordEvents(lock, state.lease, leaseEvents)
 
 	now := r.Clock.Now()
-	var obs observation
+	var obs lease.Observation
 	if state.lease != nil {
-		obs = r.observations.observe(client.ObjectKeyFromObject(lock), recordOf(state.lease), now)
+		obs = r.observations.Observe(client.ObjectKeyFromObject(lock).String(), lease.RecordOf(state.lease), now)
 	}
 	res := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: now})
 	if err := r.updateStatus(ctx, lock, res.status); err != nil {
@@ -139,7 +140,7 @@ func (r *DistributedLockReconciler) finalizeLock(ctx context.Context, lock *lock
 	if err := r.Update(ctx, lock); err != nil {
 		return fmt.Errorf("removing finalizer: %w", err)
 	}
-	r.observations.forget(client.ObjectKeyFromObject(lock))
+	r.observations.Forget(client.ObjectKeyFromObject(lock).String())
 	return nil
 }
 
@@ -174,7 +175,7 @@ func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ct
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	r.observations = newObservationTracker()
+	r.observations = lease.NewObserver()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &locksv1alpha1.DistributedLock{}, leaseNameIndex,
 		func(o client.Object) []string {
 			return []string{o.(*locksv1alpha1.DistributedLock).EffectiveLeaseName()}

@@ -49,12 +49,12 @@ func (r *DistributedLockReconciler) ensureLease(ctx context.Context, lock *locks
 	if owner := metav1.GetControllerOf(lease); owner != nil && owner.UID != lock.UID {
 		msg := fmt.Sprintf("Lease %s is controlled by %s %s; set spec.leaseName to a Lease no other object controls",
 			key.Name, owner.Kind, owner.Name)
-		return leaseState{reason: ReasonLeaseOwnedByOther, message: msg},
+		return leaseState{reason: locksv1alpha1.ReasonLeaseOwnedByOther, message: msg},
 			[]lockEvent{{corev1.EventTypeWarning, EventLeaseConflict, msg}}, nil
 	}
 
 	if lease.DeletionTimestamp != nil {
-		return leaseState{lease: lease, reason: ReasonLeaseTerminating,
+		return leaseState{lease: lease, reason: locksv1alpha1.ReasonLeaseTerminating,
 			message: fmt.Sprintf("Lease %s is being deleted; it will be recreated with its fencing token preserved", key.Name)}, nil, nil
 	}
 
@@ -62,7 +62,7 @@ func (r *DistributedLockReconciler) ensureLease(ctx context.Context, lock *locks
 	if err != nil {
 		return leaseState{}, nil, err
 	}
-	return leaseState{lease: updated, ready: true, reason: ReasonLeaseReady,
+	return leaseState{lease: updated, ready: true, reason: locksv1alpha1.ReasonLeaseReady,
 		message: fmt.Sprintf("Lease %s is in sync", key.Name)}, events, nil
 }
 
@@ -93,7 +93,7 @@ func (r *DistributedLockReconciler) createLease(ctx context.Context, lock *locks
 		ev = lockEvent{corev1.EventTypeNormal, EventLeaseRecreated,
 			fmt.Sprintf("recreated Lease %s with fencing token continuing from %d", lease.Name, floor)}
 	}
-	return leaseState{lease: lease, ready: true, reason: ReasonLeaseReady,
+	return leaseState{lease: lease, ready: true, reason: locksv1alpha1.ReasonLeaseReady,
 		message: fmt.Sprintf("Lease %s is in sync", lease.Name)}, []lockEvent{ev}, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
 // leaseState is what the reconciler established about a lock's Lease before
@@ -35,7 +36,7 @@ type statusInput struct {
 	lease leaseState
 	// observation is when the controller first saw the Lease's current
 	// record; only meaningful when lease.lease is set.
-	observation observation
+	observation lease.Observation
 	now         time.Time
 }
 
@@ -56,39 +57,39 @@ func deriveStatus(in statusInput) statusResult {
 	st := *old.DeepCopy()
 	st.LeaseName = in.lock.EffectiveLeaseName()
 	st.ObservedGeneration = in.lock.Generation
-	setCondition(&st, in, ConditionReady, boolStatus(in.lease.ready), in.lease.reason, in.lease.message)
+	setCondition(&st, in, locksv1alpha1.ConditionReady, boolStatus(in.lease.ready), in.lease.reason, in.lease.message)
 
-	lease := in.lease.lease
-	if lease == nil {
+	current := in.lease.lease
+	if current == nil {
 		st.Holder, st.AcquireTime, st.RenewTime, st.ExpireTime = "", nil, nil, nil
-		setCondition(&st, in, ConditionHeld, metav1.ConditionFalse, ReasonLeaseUnavailable,
+		setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonLeaseUnavailable,
 			"the lock's Lease is unavailable: "+in.lease.message)
 		return statusResult{status: st}
 	}
 
-	rec := in.observation.record
-	st.FencingToken = max(old.FencingToken, int64(rec.transitions))
-	st.Holder = rec.holder
-	st.AcquireTime = lease.Spec.AcquireTime.DeepCopy()
-	st.RenewTime = lease.Spec.RenewTime.DeepCopy()
+	rec := in.observation.Record
+	st.FencingToken = max(old.FencingToken, int64(rec.Transitions))
+	st.Holder = rec.Holder
+	st.AcquireTime = current.Spec.AcquireTime.DeepCopy()
+	st.RenewTime = current.Spec.RenewTime.DeepCopy()
 	st.ExpireTime = nil
 
 	var expiresIn time.Duration
 	switch {
-	case rec.holder == "":
-		setCondition(&st, in, ConditionHeld, metav1.ConditionFalse, ReasonNotHeld, "nobody holds the lock")
+	case rec.Holder == "":
+		setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonNotHeld, "nobody holds the lock")
 	default:
-		duration := time.Duration(leaseDurationSeconds(in.lock, rec)) * time.Second
-		deadline := in.observation.observedAt.Add(duration)
+		duration := rec.Duration(lockDuration(in.lock))
+		deadline := in.observation.Deadline(lockDuration(in.lock))
 		st.ExpireTime = &metav1.Time{Time: deadline.Truncate(time.Second)}
 		if remaining := deadline.Sub(in.now); remaining > 0 {
 			expiresIn = remaining
-			setCondition(&st, in, ConditionHeld, metav1.ConditionTrue, ReasonHeld,
-				fmt.Sprintf("held by %s with fencing token %d", rec.holder, rec.transitions))
+			setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionTrue, locksv1alpha1.ReasonHeld,
+				fmt.Sprintf("held by %s with fencing token %d", rec.Holder, rec.Transitions))
 		} else {
-			setCondition(&st, in, ConditionHeld, metav1.ConditionFalse, ReasonExpired,
+			setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonExpired,
 				fmt.Sprintf("holder %s (fencing token %d) has not renewed within %s, as observed by the controller; any client may take the lock over",
-					rec.holder, rec.transitions, duration))
+					rec.Holder, rec.Transitions, duration))
 		}
 	}
 	return statusResult{status: st, events: transitionEvents(old, st, rec), expiresIn: expiresIn}
@@ -96,34 +97,34 @@ func deriveStatus(in statusInput) statusResult {
 
 // transitionEvents names what changed between the recorded status and the
 // new one. Routine renewals produce no event.
-func transitionEvents(old, cur locksv1alpha1.DistributedLockStatus, rec leaseRecord) []lockEvent {
-	oldHeld := meta.FindStatusCondition(old.Conditions, ConditionHeld)
-	newHeld := meta.FindStatusCondition(cur.Conditions, ConditionHeld)
-	oldExpired := oldHeld != nil && oldHeld.Reason == ReasonExpired
-	newExpired := newHeld != nil && newHeld.Reason == ReasonExpired
+func transitionEvents(old, cur locksv1alpha1.DistributedLockStatus, rec lease.Record) []lockEvent {
+	oldHeld := meta.FindStatusCondition(old.Conditions, locksv1alpha1.ConditionHeld)
+	newHeld := meta.FindStatusCondition(cur.Conditions, locksv1alpha1.ConditionHeld)
+	oldExpired := oldHeld != nil && oldHeld.Reason == locksv1alpha1.ReasonExpired
+	newExpired := newHeld != nil && newHeld.Reason == locksv1alpha1.ReasonExpired
 
 	switch {
-	case rec.holder != "" && int64(rec.transitions) > old.FencingToken:
-		if old.Holder != "" && old.Holder != rec.holder {
+	case rec.Holder != "" && int64(rec.Transitions) > old.FencingToken:
+		if old.Holder != "" && old.Holder != rec.Holder {
 			return []lockEvent{{corev1.EventTypeNormal, EventTakenOver,
-				fmt.Sprintf("%s took the lock over from %s with fencing token %d", rec.holder, old.Holder, rec.transitions)}}
+				fmt.Sprintf("%s took the lock over from %s with fencing token %d", rec.Holder, old.Holder, rec.Transitions)}}
 		}
 		return []lockEvent{{corev1.EventTypeNormal, EventAcquired,
-			fmt.Sprintf("%s acquired the lock with fencing token %d", rec.holder, rec.transitions)}}
-	case rec.holder == "" && old.Holder != "":
+			fmt.Sprintf("%s acquired the lock with fencing token %d", rec.Holder, rec.Transitions)}}
+	case rec.Holder == "" && old.Holder != "":
 		return []lockEvent{{corev1.EventTypeNormal, EventReleased,
 			fmt.Sprintf("%s released the lock (fencing token %d)", old.Holder, cur.FencingToken)}}
-	case rec.holder == "" || rec.holder != old.Holder:
+	case rec.Holder == "" || rec.Holder != old.Holder:
 		return nil
 	case newExpired && !oldExpired:
 		return []lockEvent{{corev1.EventTypeWarning, EventExpired,
-			fmt.Sprintf("%s stopped renewing; its lease (fencing token %d) lapsed", rec.holder, rec.transitions)}}
+			fmt.Sprintf("%s stopped renewing; its lease (fencing token %d) lapsed", rec.Holder, rec.Transitions)}}
 	case !newExpired && oldExpired:
 		return []lockEvent{{corev1.EventTypeWarning, EventRenewed,
-			fmt.Sprintf("%s renewed after its lease had lapsed (fencing token %d); writes it made meanwhile must be fenced", rec.holder, rec.transitions)}}
+			fmt.Sprintf("%s renewed after its lease had lapsed (fencing token %d); writes it made meanwhile must be fenced", rec.Holder, rec.Transitions)}}
 	case isFirstRenewal(old, cur):
 		return []lockEvent{{corev1.EventTypeNormal, EventRenewed,
-			fmt.Sprintf("%s is renewing the lock (fencing token %d); further renewals are not recorded as events", rec.holder, rec.transitions)}}
+			fmt.Sprintf("%s is renewing the lock (fencing token %d); further renewals are not recorded as events", rec.Holder, rec.Transitions)}}
 	}
 	return nil
 }
@@ -138,13 +139,9 @@ func isFirstRenewal(old, cur locksv1alpha1.DistributedLockStatus) bool {
 		cur.RenewTime.Time.After(old.RenewTime.Time)
 }
 
-// leaseDurationSeconds is the duration the holder promised in the Lease, or
-// the lock's own when the Lease carries none.
-func leaseDurationSeconds(lock *locksv1alpha1.DistributedLock, rec leaseRecord) int32 {
-	if rec.duration > 0 {
-		return rec.duration
-	}
-	return lock.EffectiveLeaseDurationSeconds()
+// lockDuration is the lock's own lease duration, for Leases that carry none.
+func lockDuration(lock *locksv1alpha1.DistributedLock) time.Duration {
+	return time.Duration(lock.EffectiveLeaseDurationSeconds()) * time.Second
 }
 
 func setCondition(st *locksv1alpha1.DistributedLockStatus, in statusInput, condType string,

@@ -8,11 +8,11 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
@@ -41,16 +41,16 @@ func heldStatus(holder string, token int64, acquire, renew time.Time, heldReason
 		st.RenewTime = ptr.To(metav1.NewMicroTime(renew))
 	}
 	status := metav1.ConditionFalse
-	if heldReason == ReasonHeld {
+	if heldReason == locksv1alpha1.ReasonHeld {
 		status = metav1.ConditionTrue
 	}
-	st.Conditions = []metav1.Condition{{Type: ConditionHeld, Status: status, Reason: heldReason, LastTransitionTime: metav1.NewTime(t0)}}
+	st.Conditions = []metav1.Condition{{Type: locksv1alpha1.ConditionHeld, Status: status, Reason: heldReason, LastTransitionTime: metav1.NewTime(t0)}}
 	return st
 }
 
 func TestDeriveStatus(t *testing.T) {
 	ready := func(l *coordinationv1.Lease) leaseState {
-		return leaseState{lease: l, ready: true, reason: ReasonLeaseReady, message: "in sync"}
+		return leaseState{lease: l, ready: true, reason: locksv1alpha1.ReasonLeaseReady, message: "in sync"}
 	}
 	cases := []struct {
 		name         string
@@ -71,153 +71,153 @@ func TestDeriveStatus(t *testing.T) {
 			lease:      ready(makeLease("", 4, 15, t0, t0)),
 			wantToken:  4,
 			wantHeld:   metav1.ConditionFalse,
-			wantReason: ReasonNotHeld,
+			wantReason: locksv1alpha1.ReasonNotHeld,
 			wantReady:  metav1.ConditionTrue,
 		},
 		{
 			name:         "grant on a free lock: held and Acquired",
-			old:          heldStatus("", 4, t0, t0, ReasonNotHeld),
+			old:          heldStatus("", 4, t0, t0, locksv1alpha1.ReasonNotHeld),
 			lease:        ready(makeLease("a", 5, 15, t0, t0)),
 			wantHolder:   "a",
 			wantToken:    5,
 			wantHeld:     metav1.ConditionTrue,
-			wantReason:   ReasonHeld,
+			wantReason:   locksv1alpha1.ReasonHeld,
 			wantReady:    metav1.ConditionTrue,
 			wantEvents:   []string{EventAcquired},
 			wantExpireIn: 15 * time.Second,
 		},
 		{
 			name:         "held and observed 10s ago: 5s left, no event",
-			old:          heldStatus("a", 5, t0, t0, ReasonHeld),
+			old:          heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
 			lease:        ready(makeLease("a", 5, 15, t0, t0)),
 			observedAgo:  10 * time.Second,
 			wantHolder:   "a",
 			wantToken:    5,
 			wantHeld:     metav1.ConditionTrue,
-			wantReason:   ReasonHeld,
+			wantReason:   locksv1alpha1.ReasonHeld,
 			wantReady:    metav1.ConditionTrue,
 			wantExpireIn: 5 * time.Second,
 		},
 		{
 			name: "holder's renewTime far in the past is irrelevant: only observation counts",
-			old:  heldStatus("a", 5, t0.Add(-time.Hour), t0.Add(-time.Hour), ReasonHeld),
+			old:  heldStatus("a", 5, t0.Add(-time.Hour), t0.Add(-time.Hour), locksv1alpha1.ReasonHeld),
 			// The holder's clock is an hour behind ours; we saw the record 1s ago.
 			lease:        ready(makeLease("a", 5, 15, t0.Add(-time.Hour), t0.Add(-time.Hour))),
 			observedAgo:  time.Second,
 			wantHolder:   "a",
 			wantToken:    5,
 			wantHeld:     metav1.ConditionTrue,
-			wantReason:   ReasonHeld,
+			wantReason:   locksv1alpha1.ReasonHeld,
 			wantReady:    metav1.ConditionTrue,
 			wantExpireIn: 14 * time.Second,
 		},
 		{
 			name:        "no renewal observed for the duration: Expired once",
-			old:         heldStatus("a", 5, t0, t0, ReasonHeld),
+			old:         heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
 			lease:       ready(makeLease("a", 5, 15, t0, t0)),
 			observedAgo: 15 * time.Second,
 			wantHolder:  "a",
 			wantToken:   5,
 			wantHeld:    metav1.ConditionFalse,
-			wantReason:  ReasonExpired,
+			wantReason:  locksv1alpha1.ReasonExpired,
 			wantReady:   metav1.ConditionTrue,
 			wantEvents:  []string{EventExpired},
 		},
 		{
 			name:        "still expired: no second event",
-			old:         heldStatus("a", 5, t0, t0, ReasonExpired),
+			old:         heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonExpired),
 			lease:       ready(makeLease("a", 5, 15, t0, t0)),
 			observedAgo: time.Minute,
 			wantHolder:  "a",
 			wantToken:   5,
 			wantHeld:    metav1.ConditionFalse,
-			wantReason:  ReasonExpired,
+			wantReason:  locksv1alpha1.ReasonExpired,
 			wantReady:   metav1.ConditionTrue,
 		},
 		{
 			name:         "lease duration in the Lease wins over the lock's",
-			old:          heldStatus("a", 5, t0, t0, ReasonHeld),
+			old:          heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
 			spec:         60,
 			lease:        ready(makeLease("a", 5, 2, t0, t0)),
 			observedAgo:  time.Second,
 			wantHolder:   "a",
 			wantToken:    5,
 			wantHeld:     metav1.ConditionTrue,
-			wantReason:   ReasonHeld,
+			wantReason:   locksv1alpha1.ReasonHeld,
 			wantReady:    metav1.ConditionTrue,
 			wantExpireIn: time.Second,
 		},
 		{
 			name:         "another holder granted while the old one had not released: TakenOver",
-			old:          heldStatus("a", 5, t0, t0, ReasonExpired),
+			old:          heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonExpired),
 			lease:        ready(makeLease("b", 6, 15, t0, t0)),
 			wantHolder:   "b",
 			wantToken:    6,
 			wantHeld:     metav1.ConditionTrue,
-			wantReason:   ReasonHeld,
+			wantReason:   locksv1alpha1.ReasonHeld,
 			wantReady:    metav1.ConditionTrue,
 			wantEvents:   []string{EventTakenOver},
 			wantExpireIn: 15 * time.Second,
 		},
 		{
 			name:       "holder cleared: Released",
-			old:        heldStatus("a", 5, t0, t0, ReasonHeld),
+			old:        heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
 			lease:      ready(makeLease("", 5, 15, t0, t0)),
 			wantToken:  5,
 			wantHeld:   metav1.ConditionFalse,
-			wantReason: ReasonNotHeld,
+			wantReason: locksv1alpha1.ReasonNotHeld,
 			wantReady:  metav1.ConditionTrue,
 			wantEvents: []string{EventReleased},
 		},
 		{
 			name:       "token never decreases below the recorded one",
-			old:        heldStatus("", 7, t0, t0, ReasonNotHeld),
+			old:        heldStatus("", 7, t0, t0, locksv1alpha1.ReasonNotHeld),
 			lease:      ready(makeLease("", 3, 15, t0, t0)),
 			wantToken:  7,
 			wantHeld:   metav1.ConditionFalse,
-			wantReason: ReasonNotHeld,
+			wantReason: locksv1alpha1.ReasonNotHeld,
 			wantReady:  metav1.ConditionTrue,
 		},
 		{
 			name:       "lease missing: holder cleared, token kept, not ready",
-			old:        heldStatus("a", 7, t0, t0, ReasonHeld),
-			lease:      leaseState{reason: ReasonLeaseMissing, message: "creating"},
+			old:        heldStatus("a", 7, t0, t0, locksv1alpha1.ReasonHeld),
+			lease:      leaseState{reason: locksv1alpha1.ReasonLeaseMissing, message: "creating"},
 			wantToken:  7,
 			wantHeld:   metav1.ConditionFalse,
-			wantReason: ReasonLeaseUnavailable,
+			wantReason: locksv1alpha1.ReasonLeaseUnavailable,
 			wantReady:  metav1.ConditionFalse,
 		},
 		{
 			name:         "first renewal of a grant: one Renewed event",
-			old:          heldStatus("a", 5, t0, t0, ReasonHeld),
+			old:          heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
 			lease:        ready(makeLease("a", 5, 15, t0, t0.Add(5*time.Second))),
 			wantHolder:   "a",
 			wantToken:    5,
 			wantHeld:     metav1.ConditionTrue,
-			wantReason:   ReasonHeld,
+			wantReason:   locksv1alpha1.ReasonHeld,
 			wantReady:    metav1.ConditionTrue,
 			wantEvents:   []string{EventRenewed},
 			wantExpireIn: 15 * time.Second,
 		},
 		{
 			name:         "later renewals: no event",
-			old:          heldStatus("a", 5, t0, t0.Add(5*time.Second), ReasonHeld),
+			old:          heldStatus("a", 5, t0, t0.Add(5*time.Second), locksv1alpha1.ReasonHeld),
 			lease:        ready(makeLease("a", 5, 15, t0, t0.Add(10*time.Second))),
 			wantHolder:   "a",
 			wantToken:    5,
 			wantHeld:     metav1.ConditionTrue,
-			wantReason:   ReasonHeld,
+			wantReason:   locksv1alpha1.ReasonHeld,
 			wantReady:    metav1.ConditionTrue,
 			wantExpireIn: 15 * time.Second,
 		},
 		{
 			name:         "renewal after the lease lapsed: Renewed warning",
-			old:          heldStatus("a", 5, t0, t0.Add(5*time.Second), ReasonExpired),
+			old:          heldStatus("a", 5, t0, t0.Add(5*time.Second), locksv1alpha1.ReasonExpired),
 			lease:        ready(makeLease("a", 5, 15, t0, t0.Add(30*time.Second))),
 			wantHolder:   "a",
 			wantToken:    5,
 			wantHeld:     metav1.ConditionTrue,
-			wantReason:   ReasonHeld,
+			wantReason:   locksv1alpha1.ReasonHeld,
 			wantReady:    metav1.ConditionTrue,
 			wantEvents:   []string{EventRenewed},
 			wantExpireIn: 15 * time.Second,
@@ -226,15 +226,15 @@ func TestDeriveStatus(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(t0)
-			tracker := newObservationTracker()
-			key := types.NamespacedName{Namespace: "ns", Name: "billing"}
+			tracker := lease.NewObserver()
+			const key = "ns/billing"
 			lock := testutil.MakeLock("billing", "ns").LeaseDuration(tc.spec).Generation(3).Status(tc.old).Obj()
 
-			var obs observation
+			var obs lease.Observation
 			if tc.lease.lease != nil {
-				tracker.observe(key, recordOf(tc.lease.lease), clk.Now())
+				tracker.Observe(key, lease.RecordOf(tc.lease.lease), clk.Now())
 				clk.Step(tc.observedAgo)
-				obs = tracker.observe(key, recordOf(tc.lease.lease), clk.Now())
+				obs = tracker.Observe(key, lease.RecordOf(tc.lease.lease), clk.Now())
 			}
 			res := deriveStatus(statusInput{lock: lock, lease: tc.lease, observation: obs, now: clk.Now()})
 
@@ -242,14 +242,14 @@ func TestDeriveStatus(t *testing.T) {
 			if st.Holder != tc.wantHolder || st.FencingToken != tc.wantToken {
 				t.Errorf("holder/token = %q/%d, want %q/%d", st.Holder, st.FencingToken, tc.wantHolder, tc.wantToken)
 			}
-			held := meta.FindStatusCondition(st.Conditions, ConditionHeld)
+			held := meta.FindStatusCondition(st.Conditions, locksv1alpha1.ConditionHeld)
 			if held == nil || held.Status != tc.wantHeld || held.Reason != tc.wantReason {
 				t.Errorf("Held condition = %+v, want %s/%s", held, tc.wantHeld, tc.wantReason)
 			}
 			if held != nil && held.ObservedGeneration != 3 {
 				t.Errorf("Held observedGeneration = %d, want 3", held.ObservedGeneration)
 			}
-			if ready := meta.FindStatusCondition(st.Conditions, ConditionReady); ready == nil || ready.Status != tc.wantReady {
+			if ready := meta.FindStatusCondition(st.Conditions, locksv1alpha1.ConditionReady); ready == nil || ready.Status != tc.wantReady {
 				t.Errorf("Ready condition = %+v, want %s", ready, tc.wantReady)
 			}
 			if st.ObservedGeneration != 3 || st.LeaseName != "billing" {
@@ -266,7 +266,7 @@ func TestDeriveStatus(t *testing.T) {
 				t.Errorf("expiresIn = %s, want %s", res.expiresIn, tc.wantExpireIn)
 			}
 			if tc.wantHolder != "" {
-				wantExpire := obs.observedAt.Add(time.Duration(leaseDurationSeconds(lock, obs.record)) * time.Second)
+				wantExpire := obs.Deadline(lockDuration(lock))
 				if st.ExpireTime == nil || !st.ExpireTime.Time.Equal(wantExpire.Truncate(time.Second)) {
 					t.Errorf("expireTime = %v, want %v", st.ExpireTime, wantExpire)
 				}
@@ -277,52 +277,22 @@ func TestDeriveStatus(t *testing.T) {
 
 func TestDeriveStatusKeepsTransitionTimeWhenUnchanged(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	lease := makeLease("a", 1, 15, t0, t0)
+	held := makeLease("a", 1, 15, t0, t0)
 	lock := testutil.MakeLock("billing", "ns").Obj()
-	state := leaseState{lease: lease, ready: true, reason: ReasonLeaseReady, message: "in sync"}
-	obs := newObservationTracker().observe(types.NamespacedName{Name: "billing"}, recordOf(lease), clk.Now())
+	state := leaseState{lease: held, ready: true, reason: locksv1alpha1.ReasonLeaseReady, message: "in sync"}
+	obs := lease.NewObserver().Observe("ns/billing", lease.RecordOf(held), clk.Now())
 
 	first := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: clk.Now()})
 	clk.Step(3 * time.Second)
 	lock.Status = first.status
 	second := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: clk.Now()})
 
-	a := meta.FindStatusCondition(first.status.Conditions, ConditionHeld)
-	b := meta.FindStatusCondition(second.status.Conditions, ConditionHeld)
+	a := meta.FindStatusCondition(first.status.Conditions, locksv1alpha1.ConditionHeld)
+	b := meta.FindStatusCondition(second.status.Conditions, locksv1alpha1.ConditionHeld)
 	if !a.LastTransitionTime.Equal(&b.LastTransitionTime) {
 		t.Errorf("lastTransitionTime moved from %v to %v without a transition", a.LastTransitionTime, b.LastTransitionTime)
 	}
 	if len(second.events) != 0 {
 		t.Errorf("an unchanged lease produced events %v", second.events)
-	}
-}
-
-func TestObservationTracker(t *testing.T) {
-	clk := clocktesting.NewFakeClock(t0)
-	tr := newObservationTracker()
-	key := types.NamespacedName{Namespace: "ns", Name: "l"}
-	rec := recordOf(makeLease("a", 1, 15, t0, t0))
-
-	first := tr.observe(key, rec, clk.Now())
-	clk.Step(5 * time.Second)
-	if got := tr.observe(key, rec, clk.Now()); !got.observedAt.Equal(first.observedAt) {
-		t.Errorf("unchanged record moved observedAt to %v", got.observedAt)
-	}
-	renewed := recordOf(makeLease("a", 1, 15, t0, t0.Add(time.Second)))
-	if got := tr.observe(key, renewed, clk.Now()); !got.observedAt.Equal(clk.Now()) {
-		t.Errorf("renewal observedAt = %v, want %v", got.observedAt, clk.Now())
-	}
-	tr.forget(key)
-	clk.Step(time.Second)
-	if got := tr.observe(key, renewed, clk.Now()); !got.observedAt.Equal(clk.Now()) {
-		t.Errorf("after forget observedAt = %v, want a fresh observation at %v", got.observedAt, clk.Now())
-	}
-}
-
-func TestRecordOfMalformedLease(t *testing.T) {
-	// A Lease with every optional field missing must not panic.
-	rec := recordOf(&coordinationv1.Lease{})
-	if rec.holder != "" || rec.transitions != 0 || rec.duration != 0 {
-		t.Errorf("recordOf(empty) = %+v, want zero", rec)
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
-	"github.com/frontdesk-dev/frontdesk/controllers"
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 	"github.com/frontdesk-dev/frontdesk/internal/manager"
 )
@@ -147,7 +146,7 @@ func waitReady(ctx context.Context, c client.Client, namespace string, names []s
 		for {
 			lock := &locksv1alpha1.DistributedLock{}
 			err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, lock)
-			if err == nil && meta.IsStatusConditionTrue(lock.Status.Conditions, controllers.ConditionReady) {
+			if err == nil && meta.IsStatusConditionTrue(lock.Status.Conditions, locksv1alpha1.ConditionReady) {
 				break
 			}
 			select {

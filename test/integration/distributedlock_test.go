@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/controllers"
 	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
@@ -34,7 +35,7 @@ func TestLockCreatesOwnedLease(t *testing.T) {
 	g.Expect(lock.Status.LeaseName).To(Equal("billing"))
 	g.Expect(lock.Status.ObservedGeneration).To(Equal(lock.Generation))
 	g.Expect(lock.Status.Holder).To(BeEmpty())
-	g.Expect(heldReason(lock)).To(Equal(controllers.ReasonNotHeld))
+	g.Expect(heldReason(lock)).To(Equal(locksv1alpha1.ReasonNotHeld))
 	g.Expect(lock.Finalizers).To(ContainElement(controllers.LockCleanupFinalizer))
 }
 
@@ -62,7 +63,7 @@ func TestGrantShowsInStatusWithinASecond(t *testing.T) {
 		lock := getLock(g, ns, "billing")
 		g.Expect(lock.Status.Holder).To(Equal("worker-a"))
 		g.Expect(lock.Status.FencingToken).To(BeEquivalentTo(token))
-		g.Expect(heldReason(lock)).To(Equal(controllers.ReasonHeld))
+		g.Expect(heldReason(lock)).To(Equal(locksv1alpha1.ReasonHeld))
 		g.Expect(lock.Status.ExpireTime).NotTo(BeNil())
 		g.Expect(lock.Status.AcquireTime).NotTo(BeNil())
 	})
@@ -91,7 +92,7 @@ func TestExpiryThenTakeoverGetsHigherToken(t *testing.T) {
 	eventually(t, 6*time.Second, func(g Gomega) {
 		lock := getLock(g, ns, "billing")
 		g.Expect(lock.Status.Holder).To(Equal("worker-a"))
-		g.Expect(heldReason(lock)).To(Equal(controllers.ReasonExpired))
+		g.Expect(heldReason(lock)).To(Equal(locksv1alpha1.ReasonExpired))
 		g.Expect(eventReasons(g, ns, "billing")).To(ContainElement(controllers.EventExpired))
 	})
 
@@ -106,7 +107,7 @@ func TestExpiryThenTakeoverGetsHigherToken(t *testing.T) {
 		lock := getLock(g, ns, "billing")
 		g.Expect(lock.Status.Holder).To(Equal("worker-b"))
 		g.Expect(lock.Status.FencingToken).To(BeEquivalentTo(second))
-		g.Expect(heldReason(lock)).To(Equal(controllers.ReasonHeld))
+		g.Expect(heldReason(lock)).To(Equal(locksv1alpha1.ReasonHeld))
 		g.Expect(eventReasons(g, ns, "billing")).To(ContainElement(controllers.EventTakenOver))
 	})
 
@@ -117,7 +118,7 @@ func TestExpiryThenTakeoverGetsHigherToken(t *testing.T) {
 		lock := getLock(g, ns, "billing")
 		g.Expect(lock.Status.Holder).To(BeEmpty())
 		g.Expect(lock.Status.FencingToken).To(BeEquivalentTo(second), "release keeps the token")
-		g.Expect(heldReason(lock)).To(Equal(controllers.ReasonNotHeld))
+		g.Expect(heldReason(lock)).To(Equal(locksv1alpha1.ReasonNotHeld))
 		g.Expect(eventReasons(g, ns, "billing")).To(ContainElement(controllers.EventReleased))
 	})
 }
@@ -140,7 +141,7 @@ func TestRenewalsDoNotSpamEvents(t *testing.T) {
 	eventually(t, 2*time.Second, func(g Gomega) {
 		lock := getLock(g, ns, "billing")
 		g.Expect(lock.Status.RenewTime.Equal(lease.Spec.RenewTime)).To(BeTrue(), "status caught up with the last renewal")
-		g.Expect(heldReason(lock)).To(Equal(controllers.ReasonHeld))
+		g.Expect(heldReason(lock)).To(Equal(locksv1alpha1.ReasonHeld))
 	})
 	reasons := eventReasons(NewWithT(t), ns, "billing")
 	if n := countOf(reasons, controllers.EventRenewed); n != 1 {
@@ -277,7 +278,7 @@ func TestExistingLeaseIsAdoptedWithoutDisturbingHolder(t *testing.T) {
 		lock := getLock(g, ns, "legacy")
 		g.Expect(lock.Status.Holder).To(Equal("old-timer"))
 		g.Expect(lock.Status.FencingToken).To(BeEquivalentTo(3))
-		g.Expect(heldReason(lock)).To(Equal(controllers.ReasonHeld))
+		g.Expect(heldReason(lock)).To(Equal(locksv1alpha1.ReasonHeld))
 		g.Expect(eventReasons(g, ns, "legacy")).To(ContainElement(controllers.EventLeaseAdopted))
 	})
 }
@@ -291,8 +292,8 @@ func TestLeaseControlledByAnotherLockIsNotTaken(t *testing.T) {
 	eventually(t, 5*time.Second, func(g Gomega) {
 		lock := getLock(g, ns, "second")
 		g.Expect(lock.Status.Conditions).To(ContainElement(And(
-			HaveField("Type", controllers.ConditionReady),
-			HaveField("Reason", controllers.ReasonLeaseOwnedByOther),
+			HaveField("Type", locksv1alpha1.ConditionReady),
+			HaveField("Reason", locksv1alpha1.ReasonLeaseOwnedByOther),
 			HaveField("Message", ContainSubstring("spec.leaseName")),
 		)))
 	})

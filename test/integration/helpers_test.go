@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
-	"github.com/frontdesk-dev/frontdesk/controllers"
 )
 
 // createReadyLock creates lock and waits until the controller reports its
@@ -24,7 +23,7 @@ func createReadyLock(t *testing.T, lock *locksv1alpha1.DistributedLock) *locksv1
 	var got *locksv1alpha1.DistributedLock
 	g.Eventually(func(g Gomega) {
 		got = getLock(g, lock.Namespace, lock.Name)
-		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, controllers.ConditionReady)).To(BeTrue(),
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, locksv1alpha1.ConditionReady)).To(BeTrue(),
 			"Ready condition: %+v", got.Status.Conditions)
 	}).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(Succeed())
 	return got
@@ -44,7 +43,7 @@ func getLease(g Gomega, namespace, name string) *coordinationv1.Lease {
 
 // heldReason is the reason of the lock's Held condition, or "" if unset.
 func heldReason(lock *locksv1alpha1.DistributedLock) string {
-	if c := meta.FindStatusCondition(lock.Status.Conditions, controllers.ConditionHeld); c != nil {
+	if c := meta.FindStatusCondition(lock.Status.Conditions, locksv1alpha1.ConditionHeld); c != nil {
 		return c.Reason
 	}
 	return ""

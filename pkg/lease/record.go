@@ -1,0 +1,111 @@
+// Package lease holds what both the frontdesk controller and the client
+// library need to judge a coordination.k8s.io/v1 Lease: its record (the
+// fields a holder changes) and the observer that times how long a record has
+// stayed unchanged on the local monotonic clock.
+package lease
+
+import (
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// Record is the part of a Lease that a holder changes when it acquires,
+// renews or releases. Liveness is judged by whether the record changes, never
+// by comparing its timestamps with the local clock.
+type Record struct {
+	// Holder is spec.holderIdentity ("" when free).
+	Holder string
+	// Transitions is spec.leaseTransitions: the fencing token of the last grant.
+	Transitions int32
+	// DurationSeconds is spec.leaseDurationSeconds (0 when unset).
+	DurationSeconds int32
+	// AcquireTime is spec.acquireTime as the holder wrote it.
+	AcquireTime time.Time
+	// RenewTime is spec.renewTime as the holder wrote it.
+	RenewTime time.Time
+}
+
+// RecordOf extracts the Record of a Lease; unset fields are zero.
+func RecordOf(l *coordinationv1.Lease) Record {
+	var r Record
+	if l.Spec.HolderIdentity != nil {
+		r.Holder = *l.Spec.HolderIdentity
+	}
+	if l.Spec.LeaseTransitions != nil {
+		r.Transitions = *l.Spec.LeaseTransitions
+	}
+	if l.Spec.LeaseDurationSeconds != nil {
+		r.DurationSeconds = *l.Spec.LeaseDurationSeconds
+	}
+	if l.Spec.AcquireTime != nil {
+		r.AcquireTime = l.Spec.AcquireTime.Time
+	}
+	if l.Spec.RenewTime != nil {
+		r.RenewTime = l.Spec.RenewTime.Time
+	}
+	return r
+}
+
+// Equal reports whether two records are the same.
+func (r Record) Equal(o Record) bool {
+	return r.Holder == o.Holder && r.Transitions == o.Transitions && r.DurationSeconds == o.DurationSeconds &&
+		r.AcquireTime.Equal(o.AcquireTime) && r.RenewTime.Equal(o.RenewTime)
+}
+
+// Duration is the record's lease duration, or fallback when it carries none.
+func (r Record) Duration(fallback time.Duration) time.Duration {
+	if r.DurationSeconds > 0 {
+		return time.Duration(r.DurationSeconds) * time.Second
+	}
+	return fallback
+}
+
+// Observation is a record and when the local clock first saw it. ObservedAt
+// comes from a clock that carries Go's monotonic reading, so durations
+// measured from it are immune to wall-clock steps.
+type Observation struct {
+	Record     Record
+	ObservedAt time.Time
+}
+
+// Deadline is when the record's holder is expired as observed here: the
+// first sighting plus the lease duration.
+func (o Observation) Deadline(fallback time.Duration) time.Time {
+	return o.ObservedAt.Add(o.Record.Duration(fallback))
+}
+
+// Observer remembers, per key, the last record seen and when it was first
+// seen. After a restart it is empty, and every lease gets a full duration
+// from its first sighting: the conservative direction.
+type Observer struct {
+	mu           sync.Mutex
+	observations map[string]Observation
+}
+
+// NewObserver returns an empty Observer.
+func NewObserver() *Observer {
+	return &Observer{observations: map[string]Observation{}}
+}
+
+// Observe records r as seen for key at now and returns the observation:
+// ObservedAt moves to now only when the record changed.
+func (o *Observer) Observe(key string, r Record, now time.Time) Observation {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	prev, ok := o.observations[key]
+	if ok && prev.Record.Equal(r) {
+		return prev
+	}
+	obs := Observation{Record: r, ObservedAt: now}
+	o.observations[key] = obs
+	return obs
+}
+
+// Forget drops what is known about key.
+func (o *Observer) Forget(key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.observations, key)
+}

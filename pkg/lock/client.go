@@ -1,0 +1,179 @@
+// Package lock is the frontdesk client library: acquire, renew and release a
+// DistributedLock by compare-and-swap writes on its Lease, and get the
+// fencing token of each grant to pass to the resources you write.
+//
+//	c, _ := lock.New(restConfig, lock.Config{Namespace: "default", Name: "billing"})
+//	g, err := c.Acquire(ctx)          // blocks; ctx deadline = try-lock with timeout
+//	defer g.Release(context.Background())
+//	doWork(g.Context(), g.Token())    // g.Context() ends before the lease could lapse
+package lock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
+)
+
+// Config names a lock and tunes the client.
+type Config struct {
+	// Namespace of the DistributedLock.
+	Namespace string
+	// Name of the DistributedLock.
+	Name string
+	// Identity this client holds the lock as. Default: DefaultIdentity(),
+	// unique per process incarnation.
+	Identity string
+	// RenewInterval is how often a grant is renewed. Default: a third of
+	// the lease duration.
+	RenewInterval time.Duration
+	// SafetyMargin is how long before the lease could lapse for others a
+	// grant's Context is cancelled, to cover clock-rate drift and scheduling
+	// delay. Default: 2% of the lease duration plus 100ms.
+	SafetyMargin time.Duration
+	// Clock is the client's clock. Default: the real one (monotonic).
+	Clock clock.WithTicker
+}
+
+// Client acquires one DistributedLock. It is safe for concurrent use, but a
+// Client holds at most one grant at a time by design: use one Client per
+// holder.
+type Client struct {
+	cfg      Config
+	leases   coordinationclient.LeaseInterface
+	locks    dynamic.ResourceInterface
+	observer *lease.Observer
+
+	mu   sync.Mutex
+	info *lockInfo
+	last *coordinationv1.Lease
+}
+
+// lockInfo is what a client needs from the DistributedLock itself.
+type lockInfo struct {
+	leaseName string
+	duration  time.Duration
+}
+
+// GroupVersionResource of DistributedLocks.
+var distributedLocks = locksv1alpha1.GroupVersion.WithResource("distributedlocks")
+
+// New returns a client for the lock named in cfg.
+func New(restConfig *rest.Config, cfg Config) (*Client, error) {
+	cs, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating dynamic client: %w", err)
+	}
+	return NewForClients(cs, dyn, cfg)
+}
+
+// NewForClients is New with clients the caller already has.
+func NewForClients(cs kubernetes.Interface, dyn dynamic.Interface, cfg Config) (*Client, error) {
+	if cfg.Namespace == "" || cfg.Name == "" {
+		return nil, fmt.Errorf("lock config: namespace and name are required (got %q/%q)", cfg.Namespace, cfg.Name)
+	}
+	if cfg.Identity == "" {
+		cfg.Identity = DefaultIdentity()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &Client{
+		cfg:      cfg,
+		leases:   cs.CoordinationV1().Leases(cfg.Namespace),
+		locks:    dyn.Resource(distributedLocks).Namespace(cfg.Namespace),
+		observer: lease.NewObserver(),
+	}, nil
+}
+
+// Identity is who this client holds the lock as.
+func (c *Client) Identity() string { return c.cfg.Identity }
+
+// LockName is namespace/name of the lock.
+func (c *Client) LockName() string { return c.cfg.Namespace + "/" + c.cfg.Name }
+
+// GetLock reads the DistributedLock.
+func (c *Client) GetLock(ctx context.Context) (*locksv1alpha1.DistributedLock, error) {
+	u, err := c.locks.Get(ctx, c.cfg.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: %s (create it with kubectl apply)", ErrLockNotFound, c.LockName())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading distributedlock %s: %w", c.LockName(), err)
+	}
+	lock := &locksv1alpha1.DistributedLock{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, lock); err != nil {
+		return nil, fmt.Errorf("decoding distributedlock %s: %w", c.LockName(), err)
+	}
+	return lock, nil
+}
+
+// resolve returns the lock's Lease name and duration, reading the lock when
+// asked to or when nothing is cached. It also returns the lock when read.
+func (c *Client) resolve(ctx context.Context, refresh bool) (lockInfo, *locksv1alpha1.DistributedLock, error) {
+	c.mu.Lock()
+	cached := c.info
+	c.mu.Unlock()
+	if cached != nil && !refresh {
+		return *cached, nil, nil
+	}
+	lock, err := c.GetLock(ctx)
+	if err != nil {
+		return lockInfo{}, nil, err
+	}
+	info := lockInfo{leaseName: lock.Status.LeaseName, duration: time.Duration(lock.EffectiveLeaseDurationSeconds()) * time.Second}
+	if info.leaseName == "" {
+		info.leaseName = lock.EffectiveLeaseName()
+	}
+	c.mu.Lock()
+	c.info = &info
+	c.mu.Unlock()
+	return info, lock, nil
+}
+
+// readLease returns the last Lease this client saw, or a fresh read.
+func (c *Client) readLease(ctx context.Context, name string, fresh bool) (*coordinationv1.Lease, error) {
+	if !fresh {
+		c.mu.Lock()
+		last := c.last
+		c.mu.Unlock()
+		if last != nil && last.Name == name {
+			return last, nil
+		}
+	}
+	l, err := c.leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		c.remember(nil)
+		return nil, fmt.Errorf("%w: Lease %s/%s does not exist yet (is the frontdesk controller running?)", ErrLeaseUnavailable, c.cfg.Namespace, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading lease %s/%s: %w", c.cfg.Namespace, name, err)
+	}
+	c.remember(l)
+	return l, nil
+}
+
+// remember keeps the newest Lease seen, so the next write can be a single
+// compare-and-swap without a read first.
+func (c *Client) remember(l *coordinationv1.Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last = l
+}

@@ -1,0 +1,244 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// Grant is one holding of the lock, with its fencing token. A background
+// heartbeat renews it until Release, or until it is lost.
+type Grant struct {
+	client   *Client
+	info     lockInfo
+	token    int64
+	interval time.Duration
+	margin   time.Duration
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+
+	mu         sync.Mutex
+	lease      *coordinationv1.Lease
+	validUntil time.Time
+	lostErr    error
+	stopOnce   sync.Once
+	lostOnce   sync.Once
+}
+
+func newGrant(c *Client, info lockInfo, granted *coordinationv1.Lease, requestStart time.Time) *Grant {
+	interval := c.cfg.RenewInterval
+	if interval <= 0 {
+		interval = info.duration / 3
+	}
+	margin := c.cfg.SafetyMargin
+	if margin <= 0 {
+		margin = info.duration/50 + 100*time.Millisecond
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	g := &Grant{
+		client:   c,
+		info:     info,
+		token:    int64(ptr.Deref(granted.Spec.LeaseTransitions, 0)),
+		interval: interval,
+		margin:   margin,
+		ctx:      ctx,
+		cancel:   cancel,
+		lost:     make(chan struct{}),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		lease:    granted,
+	}
+	g.validUntil = g.safeUntil(requestStart)
+	go g.renewLoop()
+	return g
+}
+
+// Token is the grant's fencing token: pass it with every write to a
+// protected resource.
+func (g *Grant) Token() int64 { return g.token }
+
+// Holder is the identity the lock is held as.
+func (g *Grant) Holder() string { return g.client.cfg.Identity }
+
+// Lock is namespace/name of the lock.
+func (g *Grant) Lock() string { return g.client.LockName() }
+
+// Context is cancelled the moment the holder can no longer be sure it holds
+// the lock: before the lease could have lapsed for anyone else (with a
+// safety margin), when the grant is found taken over or broken, and on
+// Release. context.Cause tells which.
+func (g *Grant) Context() context.Context { return g.ctx }
+
+// Lost is closed when the grant ends without Release.
+func (g *Grant) Lost() <-chan struct{} { return g.lost }
+
+// Err is why the grant was lost, or nil.
+func (g *Grant) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.lostErr
+}
+
+// ValidUntil is the local monotonic-clock time until which the grant is
+// certainly still held.
+func (g *Grant) ValidUntil() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.validUntil
+}
+
+// safeUntil is how long a write that started at start keeps the grant: the
+// others' expiry clock starts no earlier than the write, so the lease
+// duration from start, minus the safety margin.
+func (g *Grant) safeUntil(start time.Time) time.Time {
+	return start.Add(g.info.duration - g.margin)
+}
+
+// renewLoop renews every interval until stopped, and declares the grant
+// lost when a renewal shows another holder or none succeeds in time.
+func (g *Grant) renewLoop() {
+	defer close(g.done)
+	clk := g.client.cfg.Clock
+	ticker := clk.NewTicker(g.interval)
+	defer ticker.Stop()
+	var lastErr error
+	for {
+		expiry := clk.NewTimer(max(g.ValidUntil().Sub(clk.Now()), 0))
+		select {
+		case <-g.stop:
+			expiry.Stop()
+			return
+		case <-expiry.C():
+			g.lose(fmt.Errorf("%w: lock %s not renewed within its lease (last error: %v)", ErrLost, g.Lock(), lastErr))
+			return
+		case <-ticker.C():
+			expiry.Stop()
+			lastErr = g.renewOnce()
+			if errors.Is(lastErr, ErrLost) {
+				g.lose(lastErr)
+				return
+			}
+		}
+	}
+}
+
+// renewOnce moves renewTime forward with a compare-and-swap. A conflict is
+// re-read: if the Lease is still this grant's, the renewal is retried once;
+// otherwise the grant is lost.
+func (g *Grant) renewOnce() error {
+	clk := g.client.cfg.Clock
+	ctx, cancel := context.WithTimeout(context.Background(), max(g.ValidUntil().Sub(clk.Now()), time.Millisecond))
+	defer cancel()
+	g.mu.Lock()
+	current := g.lease
+	g.mu.Unlock()
+	for range 2 {
+		start := clk.Now()
+		l := current.DeepCopy()
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(start))
+		l.Spec.LeaseDurationSeconds = ptr.To(int32(g.info.duration / time.Second))
+		updated, err := g.client.leases.Update(ctx, l, metav1.UpdateOptions{})
+		if err == nil {
+			g.mu.Lock()
+			g.lease, g.validUntil = updated, g.safeUntil(start)
+			g.mu.Unlock()
+			g.client.remember(updated)
+			return nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("renewing lease %s/%s: %w", g.client.cfg.Namespace, g.info.leaseName, err)
+		}
+		if current, err = g.reread(ctx); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("renewing lease %s/%s: lost two compare-and-swap races", g.client.cfg.Namespace, g.info.leaseName)
+}
+
+// reread fetches the Lease and returns it if this grant still holds it, or
+// an ErrLost error saying who has it now.
+func (g *Grant) reread(ctx context.Context) (*coordinationv1.Lease, error) {
+	fresh, err := g.client.leases.Get(ctx, g.info.leaseName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: lease %s/%s was deleted", ErrLost, g.client.cfg.Namespace, g.info.leaseName)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading lease %s/%s: %w", g.client.cfg.Namespace, g.info.leaseName, err)
+	}
+	g.client.remember(fresh)
+	if !g.owns(fresh) {
+		holder := ptr.Deref(fresh.Spec.HolderIdentity, "")
+		if holder == "" {
+			holder = "nobody"
+		}
+		return nil, fmt.Errorf("%w: lock %s is now held by %s with fencing token %d (ours was %d)",
+			ErrLost, g.Lock(), holder, ptr.Deref(fresh.Spec.LeaseTransitions, 0), g.token)
+	}
+	return fresh, nil
+}
+
+// owns reports whether l is still this grant: same holder, same token, not
+// being deleted.
+func (g *Grant) owns(l *coordinationv1.Lease) bool {
+	return l.DeletionTimestamp == nil && ptr.Deref(l.Spec.HolderIdentity, "") == g.Holder() &&
+		int64(ptr.Deref(l.Spec.LeaseTransitions, 0)) == g.token
+}
+
+func (g *Grant) lose(err error) {
+	g.lostOnce.Do(func() {
+		g.mu.Lock()
+		g.lostErr = err
+		g.mu.Unlock()
+		g.cancel(err)
+		close(g.lost)
+	})
+}
+
+// stopRenewing ends the heartbeat and waits for it.
+func (g *Grant) stopRenewing() {
+	g.stopOnce.Do(func() { close(g.stop) })
+	<-g.done
+}
+
+// Release gives the lock up if this grant still holds it: a compare-and-swap
+// that clears the holder only on the Lease version this grant owns (the
+// Kubernetes form of compare-value-then-delete). Releasing a grant that was
+// lost changes nothing and returns ErrNotHolder with who holds it now.
+func (g *Grant) Release(ctx context.Context) error {
+	g.stopRenewing()
+	g.cancel(ErrReleased)
+	if err := g.Err(); err != nil {
+		return fmt.Errorf("%w: nothing released: %w", ErrNotHolder, err)
+	}
+	g.mu.Lock()
+	current := g.lease
+	g.mu.Unlock()
+	for range maxCASAttempts {
+		l := current.DeepCopy()
+		l.Spec.HolderIdentity = nil
+		l.Spec.AcquireTime, l.Spec.RenewTime = nil, nil
+		updated, err := g.client.leases.Update(ctx, l, metav1.UpdateOptions{})
+		if err == nil {
+			g.client.remember(updated)
+			return nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("releasing lease %s/%s: %w", g.client.cfg.Namespace, g.info.leaseName, err)
+		}
+		if current, err = g.reread(ctx); err != nil {
+			return fmt.Errorf("%w: nothing released: %w", ErrNotHolder, err)
+		}
+	}
+	return fmt.Errorf("releasing lease %s/%s: lost %d compare-and-swap races", g.client.cfg.Namespace, g.info.leaseName, maxCASAttempts)
+}
