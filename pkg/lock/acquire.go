@@ -59,7 +59,8 @@ func (c *Client) Acquire(ctx context.Context) (*Grant, error) {
 
 // attempt is one try, in the steps of client-go's tryAcquireOrRenew:
 //  1. Resolve the lock's Lease name and duration (cached after the first).
-//  2. Read the Lease: the newest one this client saw, else a fresh read.
+//  2. Read the Lease: the newest one this client saw, else a fresh read
+//     (a remembered copy that shows another holder is always re-read).
 //  3. A missing or terminating Lease cannot be granted: wait for the
 //     controller to (re)create it.
 //  4. Observe the Lease record on this client's monotonic clock.
@@ -86,6 +87,12 @@ func (c *Client) attempt(ctx context.Context) (*Grant, waitHint, error) {
 		start := c.cfg.Clock.Now()
 		obs := c.observer.Observe(info.leaseName, lease.RecordOf(current), start)
 		if held, ok := c.heldByOther(ctx, obs, info, start); ok {
+			if !fresh {
+				// The remembered copy is only a fast path to a free lock;
+				// judge a held one on a fresh read.
+				fresh = true
+				continue
+			}
 			return nil, waitHint{leaseName: info.leaseName, resourceVersion: current.ResourceVersion, deadline: obs.Deadline(info.duration)}, held
 		}
 

@@ -106,6 +106,12 @@ func NewForClients(cs kubernetes.Interface, dyn dynamic.Interface, cfg Config) (
 // Identity is who this client holds the lock as.
 func (c *Client) Identity() string { return c.cfg.Identity }
 
+// Namespace is the lock's namespace.
+func (c *Client) Namespace() string { return c.cfg.Namespace }
+
+// Name is the lock's name.
+func (c *Client) Name() string { return c.cfg.Name }
+
 // LockName is namespace/name of the lock.
 func (c *Client) LockName() string { return c.cfg.Namespace + "/" + c.cfg.Name }
 

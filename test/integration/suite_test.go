@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -30,9 +31,15 @@ var (
 	k8sClient client.Client
 	// clientset is a plain client-go clientset, used to play lock clients.
 	clientset kubernetes.Interface
+	// kubeconfigPath is an admin kubeconfig for processes the tests start.
+	kubeconfigPath string
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		// Re-executed by a test as a separate lock-holding process.
+		os.Exit(runWorker())
+	}
 	os.Exit(run(m))
 }
 
@@ -43,8 +50,16 @@ func run(m *testing.M) int {
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
 
+	tmp, err := os.MkdirTemp("", "frontdesk-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	kubeconfigPath = filepath.Join(tmp, "kubeconfig")
+
 	start := time.Now()
-	cp, err := controlplane.Start(controlplane.Options{})
+	cp, err := controlplane.Start(controlplane.Options{KubeconfigPath: kubeconfigPath})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -85,6 +100,11 @@ func run(m *testing.M) int {
 		}
 	}()
 	return m.Run()
+}
+
+// restConfig is a copy of the admin config, for clients a test builds.
+func restConfig() *rest.Config {
+	return rest.CopyConfig(cfg)
 }
 
 // newNamespace creates a namespace of its own for one test.

@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+)
+
+// grantInfo is what acquire prints with -o json|yaml.
+type grantInfo struct {
+	Lock         string `json:"lock"`
+	Holder       string `json:"holder"`
+	FencingToken int64  `json:"fencingToken"`
+}
+
+func newAcquireCommand(o *options) *cobra.Command {
+	var identity, output string
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "acquire NAME",
+		Short: "Acquire a lock once and print its fencing token",
+		Long: `Acquire a lock and print the fencing token of the grant.
+
+The grant is not renewed after this command exits: it lapses after the lock's
+lease duration unless released first with 'kubectl lock release NAME --identity ID'.
+To hold a lock while a command runs, use 'kubectl lock run'.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.lockClient(args[0], identity)
+			if err != nil {
+				return err
+			}
+			g, err := acquire(cmd.Context(), c, wait)
+			if err != nil {
+				return err
+			}
+			info := grantInfo{Lock: g.Lock(), Holder: g.Holder(), FencingToken: g.Token()}
+			switch output {
+			case "json":
+				return json.NewEncoder(o.streams.Out).Encode(info)
+			case "yaml":
+				b, err := yaml.Marshal(info)
+				if err != nil {
+					return err
+				}
+				_, err = o.streams.Out.Write(b)
+				return err
+			case "":
+				fmt.Fprintf(o.streams.Out, "acquired %s as %s with fencing token %d\n", info.Lock, info.Holder, info.FencingToken)
+				fmt.Fprintf(o.streams.Out, "the grant is not renewed after this command; release it with: kubectl lock release %s --identity %s\n", args[0], info.Holder)
+				return nil
+			default:
+				return fmt.Errorf("unknown output format %q: use json or yaml", output)
+			}
+		},
+	}
+	cmd.Flags().StringVar(&identity, "identity", "", "Identity to hold the lock as (default: $LOCK_IDENTITY, else pod or host name plus a random suffix).")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "How long to wait for a held lock (0: fail at once if held).")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: json or yaml.")
+	return cmd
+}
+
+// acquire tries once (wait 0) or waits up to wait for the lock.
+func acquire(ctx context.Context, c *lock.Client, wait time.Duration) (*lock.Grant, error) {
+	if wait <= 0 {
+		return c.TryAcquire(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return c.Acquire(ctx)
+}
+
+func newReleaseCommand(o *options) *cobra.Command {
+	var identity string
+	cmd := &cobra.Command{
+		Use:   "release NAME --identity ID",
+		Short: "Release a lock if ID still holds it",
+		Long: `Release a lock, only if the given identity still holds it (a compare-and-swap on
+the Lease). Releasing a lock that someone else holds changes nothing and fails.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if identity == "" {
+				return fmt.Errorf("--identity is required: give the identity the lock was acquired as")
+			}
+			c, err := o.lockClient(args[0], identity)
+			if err != nil {
+				return err
+			}
+			if err := c.Release(cmd.Context()); err != nil {
+				return err
+			}
+			fmt.Fprintf(o.streams.Out, "released %s (was held by %s)\n", c.LockName(), identity)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&identity, "identity", "", "Identity the lock was acquired as (required).")
+	return cmd
+}
+
+func newBreakCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "break NAME",
+		Short: "Force-release a lock and bump its fencing token (admin)",
+		Long: `Force-release a lock whoever holds it, and bump its fencing token in the same
+compare-and-swap, so the previous holder is fenced: its renewals fail, and
+resources reject its token once a newer holder writes.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.lockClient(args[0], "kubectl-lock-break")
+			if err != nil {
+				return err
+			}
+			res, err := c.Break(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(o.streams.Out, "broke %s: was held by %s with fencing token %d; fencing token is now %d\n",
+				c.LockName(), orNone(res.PreviousHolder), res.PreviousToken, res.Token)
+			return nil
+		},
+	}
+}

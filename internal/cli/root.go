@@ -1,0 +1,144 @@
+// Package cli implements the `kubectl lock` plugin: inspect, acquire,
+// release and break DistributedLocks, and run a command while holding one.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+)
+
+// ExitLeaseLost is the exit status of `kubectl lock run` when the lease was
+// lost while the command ran (EX_TEMPFAIL: retrying may succeed).
+const ExitLeaseLost = 75
+
+// ExitError carries a specific exit status out of a command.
+type ExitError struct {
+	// Code is the process exit status.
+	Code int
+	// Err, if set, is printed before exiting.
+	Err error
+}
+
+// Error implements error.
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns the wrapped error.
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// options are shared by all subcommands.
+type options struct {
+	config  *genericclioptions.ConfigFlags
+	streams genericiooptions.IOStreams
+}
+
+// NewCommand builds the `kubectl lock` command tree.
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{config: genericclioptions.NewConfigFlags(true), streams: streams}
+	root := &cobra.Command{
+		Use:   "kubectl-lock",
+		Short: "Inspect and use frontdesk DistributedLocks",
+		Long: `kubectl lock works with frontdesk DistributedLocks: leases with fencing tokens.
+
+Every grant of a lock carries a fencing token that only goes up. Pass it to the
+resources you write, so they can reject a holder that paused past its lease.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	o.config.AddFlags(root.PersistentFlags())
+	root.AddCommand(
+		newGetCommand(o),
+		newDescribeCommand(o),
+		newAcquireCommand(o),
+		newReleaseCommand(o),
+		newBreakCommand(o),
+		newRunCommand(o),
+	)
+	return root
+}
+
+// Main runs the plugin with args and returns the process exit status.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmd := NewCommand(genericiooptions.IOStreams{In: stdin, Out: stdout, ErrOut: stderr})
+	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	err := cmd.Execute()
+	var exit *ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		if exit.Err != nil {
+			fmt.Fprintln(stderr, "error:", exit.Err)
+		}
+		return exit.Code
+	default:
+		fmt.Fprintln(stderr, "error:", err)
+		return 1
+	}
+}
+
+// namespace is the namespace from the flags or the kubeconfig context.
+func (o *options) namespace() (string, error) {
+	ns, _, err := o.config.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return "", fmt.Errorf("reading namespace from kubeconfig: %w", err)
+	}
+	return ns, nil
+}
+
+// clients returns typed and dynamic clients for the configured cluster.
+func (o *options) clients() (kubernetes.Interface, dynamic.Interface, error) {
+	cfg, err := o.config.ToRESTConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating client: %w", err)
+	}
+	return cs, dyn, nil
+}
+
+// lockClient returns a lock client for name as identity.
+func (o *options) lockClient(name, identity string) (*lock.Client, error) {
+	ns, err := o.namespace()
+	if err != nil {
+		return nil, err
+	}
+	cs, dyn, err := o.clients()
+	if err != nil {
+		return nil, err
+	}
+	if identity == "" {
+		identity = defaultIdentity()
+	}
+	return lock.NewForClients(cs, dyn, lock.Config{Namespace: ns, Name: name, Identity: identity})
+}
+
+// defaultIdentity is the identity used when --identity is not given.
+func defaultIdentity() string {
+	if id := os.Getenv("LOCK_IDENTITY"); id != "" {
+		return id
+	}
+	return lock.DefaultIdentity()
+}

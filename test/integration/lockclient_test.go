@@ -1,0 +1,319 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
+	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	testutil "github.com/frontdesk-dev/frontdesk/test/util"
+)
+
+func newLockClient(t *testing.T, namespace, name, identity string, mutate ...func(*lock.Config)) *lock.Client {
+	t.Helper()
+	cfg := lock.Config{Namespace: namespace, Name: name, Identity: identity}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	c, err := lock.New(restConfig(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestClientAcquireReleaseAndHeldError(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
+	ctx := context.Background()
+	g := NewWithT(t)
+	a := newLockClient(t, ns, "billing", "a")
+	b := newLockClient(t, ns, "billing", "b")
+
+	ga, err := a.TryAcquire(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ga.Token()).To(BeEquivalentTo(1))
+	g.Expect(ga.Holder()).To(Equal("a"))
+
+	_, err = b.TryAcquire(ctx)
+	g.Expect(err).To(MatchError(lock.ErrHeld))
+	var held *lock.HeldError
+	g.Expect(errors.As(err, &held)).To(BeTrue())
+	g.Expect(held.Holder).To(Equal("a"))
+	g.Expect(held.Token).To(BeEquivalentTo(1))
+	g.Expect(err.Error()).To(MatchRegexp(`lock dlock-test-\w+/billing is held by a \(fencing token 1\) until ~\S+ unless it renews`))
+
+	// A release by someone who does not hold it changes nothing.
+	before := getLease(g, ns, "billing")
+	err = b.Release(ctx)
+	g.Expect(err).To(MatchError(lock.ErrNotHolder))
+	g.Expect(err.Error()).To(ContainSubstring("held by a, not b; nothing released"))
+	after := getLease(g, ns, "billing")
+	g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "a non-holder's release wrote to the Lease")
+
+	g.Expect(ga.Release(ctx)).To(Succeed())
+	g.Expect(context.Cause(ga.Context())).To(MatchError(lock.ErrReleased))
+	g.Expect(ga.Err()).To(BeNil())
+
+	gb, err := b.TryAcquire(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gb.Token()).To(BeEquivalentTo(2))
+	// The old grant's second release must not stomp on b.
+	g.Expect(ga.Release(ctx)).NotTo(Succeed())
+	g.Expect(ptr.Deref(getLease(g, ns, "billing").Spec.HolderIdentity, "")).To(Equal("b"))
+	g.Expect(gb.Release(ctx)).To(Succeed())
+}
+
+func TestClientErrorsOnMissingLock(t *testing.T) {
+	ns := newNamespace(t)
+	c := newLockClient(t, ns, "nope", "a")
+	_, err := c.TryAcquire(context.Background())
+	g := NewWithT(t)
+	g.Expect(err).To(MatchError(lock.ErrLockNotFound))
+	g.Expect(err.Error()).To(ContainSubstring("/nope (create it with kubectl apply)"))
+}
+
+func TestAcquireTimeoutIsATryLock(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(30).Obj())
+	g := NewWithT(t)
+	ga, err := newLockClient(t, ns, "billing", "a").Acquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer ga.Release(context.Background())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = newLockClient(t, ns, "billing", "b").Acquire(ctx)
+	g.Expect(err).To(MatchError(lock.ErrHeld))
+	g.Expect(err).To(MatchError(context.DeadlineExceeded))
+	g.Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second))
+}
+
+// Three clients contend for one lock. Each believes it holds the lock only
+// between Acquire and Release; those intervals never overlap, grants get
+// strictly increasing tokens, and the Lease's own history (watched) shows
+// every grant as a new token.
+func TestClientsContendExactlyOneHolder(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(5).Obj())
+	history := watchLeaseHistory(t, ns, "billing")
+
+	var holders atomic.Int32
+	var mu sync.Mutex
+	var tokens []int64
+	var wg sync.WaitGroup
+	const clients, rounds = 3, 8
+	for i := range clients {
+		c := newLockClient(t, ns, "billing", fmt.Sprintf("client-%d", i))
+		wg.Go(func() {
+			for range rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				g, err := c.Acquire(ctx)
+				cancel()
+				if err != nil {
+					t.Errorf("%s: %v", c.Identity(), err)
+					return
+				}
+				if n := holders.Add(1); n != 1 {
+					t.Errorf("%d holders at once", n)
+				}
+				mu.Lock()
+				tokens = append(tokens, g.Token())
+				mu.Unlock()
+				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // work inside the critical section
+				holders.Add(-1)
+				if err := g.Release(context.Background()); err != nil {
+					t.Errorf("%s release: %v", c.Identity(), err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	g := NewWithT(t)
+	g.Expect(tokens).To(HaveLen(clients * rounds))
+	for i := 1; i < len(tokens); i++ {
+		g.Expect(tokens[i]).To(BeNumerically(">", tokens[i-1]), "grant %d", i)
+	}
+	eventually(t, 5*time.Second, func(g Gomega) {
+		grants := history.grants()
+		g.Expect(grants).To(HaveLen(clients * rounds))
+		for i := 1; i < len(grants); i++ {
+			g.Expect(grants[i].token).To(Equal(grants[i-1].token+1), "the Lease history skipped or repeated a token")
+		}
+	})
+}
+
+// A holder that stops renewing loses its grant (Context cancelled) before
+// another client can take the lock over; the new grant has a higher token.
+func TestSilentHolderLosesBeforeTakeover(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
+	g := NewWithT(t)
+	frozen := newLockClient(t, ns, "billing", "frozen", func(c *lock.Config) { c.RenewInterval = time.Hour })
+	ga, err := frozen.Acquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+
+	var lostAt time.Time
+	go func() { <-ga.Lost(); lostAt = time.Now() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	gb, err := newLockClient(t, ns, "billing", "successor").Acquire(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	acquiredAt := time.Now()
+	defer gb.Release(context.Background())
+
+	g.Expect(gb.Token()).To(BeNumerically(">", ga.Token()))
+	g.Expect(ga.Lost()).To(BeClosed())
+	g.Expect(ga.Context().Err()).To(HaveOccurred())
+	g.Expect(context.Cause(ga.Context())).To(MatchError(lock.ErrLost))
+	g.Expect(lostAt.Before(acquiredAt)).To(BeTrue(), "the old holder learned of its loss at %v, after the takeover at %v", lostAt, acquiredAt)
+	t.Logf("old holder gave up %s before the takeover", acquiredAt.Sub(lostAt).Round(time.Millisecond))
+	g.Expect(ga.Release(context.Background())).To(MatchError(lock.ErrNotHolder))
+}
+
+func TestBreakFencesTheHolder(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(3).Obj())
+	g := NewWithT(t)
+	ga, err := newLockClient(t, ns, "billing", "victim").Acquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+
+	res, err := newLockClient(t, ns, "billing", "admin").Break(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.PreviousHolder).To(Equal("victim"))
+	g.Expect(res.Token).To(Equal(ga.Token() + 1))
+
+	g.Eventually(ga.Lost()).WithTimeout(3 * time.Second).Should(BeClosed())
+	g.Expect(ga.Err()).To(MatchError(ContainSubstring("is now held by nobody")))
+	gc, err := newLockClient(t, ns, "billing", "next").TryAcquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gc.Token()).To(Equal(res.Token + 1))
+
+	guard := fencing.NewMemoryGuard()
+	noop := func(context.Context) error { return nil }
+	g.Expect(guard.Fence(context.Background(), "billing", gc.Token(), noop)).To(Succeed())
+	g.Expect(guard.Fence(context.Background(), "billing", ga.Token(), noop)).To(MatchError(fencing.ErrStaleToken))
+	g.Expect(gc.Release(context.Background())).To(Succeed())
+}
+
+// A real holder process frozen with SIGSTOP past its lease: another client
+// takes over with a higher token and writes; the frozen process, resumed,
+// has its writes rejected by the Guard and sees Lost().
+func TestFrozenProcessIsFencedAfterResume(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
+	g := NewWithT(t)
+
+	guard := fencing.NewMemoryGuard()
+	var mu sync.Mutex
+	var accepted []int64
+	srv := httptest.NewServer(fencing.Middleware(guard, fencing.FixedLock("billing"), http.HandlerFunc(
+		func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			var tok int64
+			fmt.Sscan(r.Header.Get(fencing.TokenHeader), &tok)
+			accepted = append(accepted, tok)
+			mu.Unlock()
+			w.WriteHeader(http.StatusCreated)
+		})))
+	defer srv.Close()
+
+	frozen := startWorker(t, ns, "billing", "frozen-worker", srv.URL)
+	eventually(t, 20*time.Second, func(g Gomega) {
+		g.Expect(len(frozen.linesWith("write ok"))).To(BeNumerically(">=", 3), frozen.output())
+	})
+	g.Expect(frozen.cmd.Process.Signal(syscall.SIGSTOP)).To(Succeed())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	successor, err := newLockClient(t, ns, "billing", "successor").Acquire(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer successor.Release(context.Background())
+	g.Expect(guard.Fence(ctx, "billing", successor.Token(), func(context.Context) error { return nil })).To(Succeed())
+
+	g.Expect(frozen.cmd.Process.Signal(syscall.SIGCONT)).To(Succeed())
+	eventually(t, 10*time.Second, func(g Gomega) {
+		g.Expect(frozen.linesWith("write rejected 409")).NotTo(BeEmpty(), frozen.output())
+		g.Expect(frozen.linesWith("lost:")).NotTo(BeEmpty(), frozen.output())
+	})
+	rejected := frozen.linesWith("write rejected")[0]
+	g.Expect(rejected).To(ContainSubstring(fmt.Sprintf(`"currentToken":%d`, successor.Token())))
+	g.Expect(frozen.linesWith("lost:")[0]).To(ContainSubstring("lock lease lost"))
+
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(accepted); i++ {
+		g.Expect(accepted[i]).To(BeNumerically(">=", accepted[i-1]), "the resource accepted token %d after %d", accepted[i], accepted[i-1])
+	}
+	t.Logf("frozen worker: %s", strings.Join(frozen.linesWith("acquired"), ","))
+}
+
+// leaseHistory records every version of a Lease seen by a watch.
+type leaseHistory struct {
+	mu       sync.Mutex
+	versions []coordinationv1.Lease
+}
+
+type grantRecord struct {
+	holder string
+	token  int32
+}
+
+// grants lists the versions where leaseTransitions went up.
+func (h *leaseHistory) grants() []grantRecord {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []grantRecord
+	var last int32
+	for _, v := range h.versions {
+		tok := ptr.Deref(v.Spec.LeaseTransitions, 0)
+		if tok > last {
+			out = append(out, grantRecord{holder: ptr.Deref(v.Spec.HolderIdentity, ""), token: tok})
+		}
+		last = tok
+	}
+	return out
+}
+
+func watchLeaseHistory(t *testing.T, namespace, name string) *leaseHistory {
+	t.Helper()
+	lease := getLease(NewWithT(t), namespace, name)
+	w, err := clientset.CoordinationV1().Leases(namespace).Watch(context.Background(), metav1.ListOptions{
+		FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
+		ResourceVersion: lease.ResourceVersion,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	h := &leaseHistory{versions: []coordinationv1.Lease{*lease}}
+	go func() {
+		for ev := range w.ResultChan() {
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type == watch.Modified {
+				h.mu.Lock()
+				h.versions = append(h.versions, *l)
+				h.mu.Unlock()
+			}
+		}
+	}()
+	return h
+}
