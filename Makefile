@@ -67,6 +67,10 @@ run: manifests generate fmt vet ## Run the manager against the cluster in your k
 local: manifests generate k8s-binaries ## Start a local control plane, install the CRD, run the manager and apply a sample lock.
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./cmd/frontdesk-local --assets "$(K8S_BIN)" --sample config/samples/locks_v1alpha1_distributedlock.yaml
 
+.PHONY: bench
+bench: manifests generate k8s-binaries ## Measure lock operations on a local control plane and print one table.
+	KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./cmd/frontdesk-bench $(BENCH_FLAGS)
+
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a container engine).
 	docker build -t $(IMG) .

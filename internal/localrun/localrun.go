@@ -12,16 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
-	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
-	"github.com/frontdesk-dev/frontdesk/internal/manager"
 )
 
 // Options configure Run.
@@ -52,39 +47,24 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	if err := os.MkdirAll(filepath.Dir(kubeconfig), 0o755); err != nil {
 		return fmt.Errorf("creating kubeconfig directory: %w", err)
 	}
-	fmt.Fprintln(out, "starting etcd and kube-apiserver ...")
-	cp, err := controlplane.Start(controlplane.Options{AssetsDir: opts.AssetsDir, KubeconfigPath: kubeconfig})
+	fmt.Fprintln(out, "starting etcd, kube-apiserver and the frontdesk manager ...")
+	env, err := StartEnvironment(ctx, EnvironmentOptions{
+		AssetsDir: opts.AssetsDir, KubeconfigPath: kubeconfig, MetricsBindAddress: opts.MetricsBindAddress})
 	if err != nil {
 		return err
 	}
 	defer func() {
-		fmt.Fprintln(out, "stopping the control plane")
-		_ = cp.Stop()
+		fmt.Fprintln(out, "stopping the manager and the control plane")
+		_ = env.Stop()
 	}()
-
-	mgrOpts := manager.DefaultOptions()
-	mgrOpts.MetricsBindAddress = opts.MetricsBindAddress
-	mgrOpts.SecureMetrics = false
-	mgrOpts.HealthProbeBindAddress = "0"
-	mgrCtx, stopManager := context.WithCancel(ctx)
-	defer stopManager()
-	mgr, err := manager.New(mgrCtx, cp.Config, mgrOpts)
-	if err != nil {
-		return err
-	}
-	mgrDone := make(chan error, 1)
-	go func() { mgrDone <- mgr.Start(mgrCtx) }()
+	cp := env.ControlPlane
 	fmt.Fprintln(out, "frontdesk manager running")
 
-	c, err := client.New(cp.Config, client.Options{Scheme: manager.NewScheme()})
-	if err != nil {
-		return fmt.Errorf("creating client: %w", err)
-	}
-	names, err := applySamples(ctx, c, opts.SamplePaths, opts.Namespace)
+	names, err := applySamples(ctx, env.Client, opts.SamplePaths, opts.Namespace)
 	if err != nil {
 		return err
 	}
-	if err := waitReady(ctx, c, opts.Namespace, names); err != nil {
+	if err := env.WaitReady(ctx, opts.Namespace, names); err != nil {
 		return err
 	}
 
@@ -98,7 +78,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	select {
 	case <-ctx.Done():
 		return nil
-	case err := <-mgrDone:
+	case err := <-env.ManagerDone():
 		return fmt.Errorf("manager stopped: %w", err)
 	}
 }
@@ -136,27 +116,6 @@ func applySamples(ctx context.Context, c client.Client, paths []string, namespac
 		}
 	}
 	return locks, nil
-}
-
-// waitReady waits until every named lock reports Ready.
-func waitReady(ctx context.Context, c client.Client, namespace string, names []string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for _, name := range names {
-		for {
-			lock := &locksv1alpha1.DistributedLock{}
-			err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, lock)
-			if err == nil && meta.IsStatusConditionTrue(lock.Status.Conditions, locksv1alpha1.ConditionReady) {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("waiting for lock %s to become Ready: %w", name, ctx.Err())
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
-	return nil
 }
 
 // printKubectl runs `kubectl get distributedlocks` and copies its output.

@@ -10,8 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
@@ -22,10 +20,25 @@ import (
 // compare-and-swap race before it reports the lock as contended.
 const maxCASAttempts = 5
 
+// errContended: a waiting attempt lost a compare-and-swap race; the watch
+// brings the winner's write next.
+var errContended = errors.New("lost a compare-and-swap race")
+
+// candidate is a copy of the Lease to judge, and where it came from.
+type candidate struct {
+	lease *coordinationv1.Lease
+	// fromWatch: the copy arrived in a watch event, so its record has just
+	// changed (and no observer, the controller included, can have seen it
+	// lapse yet).
+	fromWatch bool
+	// verified: the copy is a fresh read or a watch event, not a copy
+	// remembered from an earlier call.
+	verified bool
+}
+
 // waitHint tells Acquire what to wait for after a failed attempt: a change
 // of the Lease after resourceVersion, or the observed expiry deadline.
 type waitHint struct {
-	leaseName       string
 	resourceVersion string
 	deadline        time.Time
 }
@@ -34,66 +47,79 @@ type waitHint struct {
 // the error is a *HeldError (errors.Is(err, ErrHeld)) saying who and until
 // when.
 func (c *Client) TryAcquire(ctx context.Context) (*Grant, error) {
-	g, _, err := c.attempt(ctx)
+	info, _, err := c.resolve(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	g, _, err := c.attempt(ctx, info, candidate{lease: c.remembered(info.leaseName)}, false)
 	return g, err
 }
 
 // Acquire blocks until this client holds the lock or ctx ends; a ctx with a
-// deadline makes it a try-lock with timeout. Waiting is event-driven: it
-// watches the Lease and wakes on a release or at the observed expiry
-// deadline, with no polling.
+// deadline makes it a try-lock with timeout. Waiting is event-driven: one
+// watch of the Lease wakes it on every change (a release above all), and a
+// timer at the observed expiry deadline; nothing polls.
 func (c *Client) Acquire(ctx context.Context) (*Grant, error) {
+	info, _, err := c.resolve(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	w := &leaseWatch{client: c, name: info.leaseName}
+	defer w.stop()
+	next := candidate{lease: c.remembered(info.leaseName)}
 	for {
-		g, hint, err := c.attempt(ctx)
+		g, hint, err := c.attempt(ctx, info, next, true)
 		if err == nil {
 			return g, nil
 		}
-		if !errors.Is(err, ErrHeld) && !errors.Is(err, ErrLeaseUnavailable) {
+		if !errors.Is(err, ErrHeld) && !errors.Is(err, ErrLeaseUnavailable) && !errors.Is(err, errContended) {
 			return nil, err
 		}
-		if werr := c.waitForChange(ctx, hint); werr != nil {
+		var werr error
+		if next, werr = w.next(ctx, hint, next); werr != nil {
+			if errors.Is(err, errContended) {
+				err = fmt.Errorf("%w: lock %s is contended", ErrHeld, c.LockName())
+			}
 			return nil, fmt.Errorf("%w (gave up waiting: %w)", err, werr)
 		}
 	}
 }
 
 // attempt is one try, in the steps of client-go's tryAcquireOrRenew:
-//  1. Resolve the lock's Lease name and duration (cached after the first).
-//  2. Read the Lease: the newest one this client saw, else a fresh read
-//     (a remembered copy that shows another holder is always re-read).
-//  3. A missing or terminating Lease cannot be granted: wait for the
+//  1. Start from the candidate copy of the Lease, or a fresh read.
+//  2. A missing or terminating Lease cannot be granted: wait for the
 //     controller to (re)create it.
-//  4. Observe the Lease record on this client's monotonic clock.
-//  5. If another holder has it and neither this client nor the controller
-//     has observed it go unrenewed for the lease duration: ErrHeld.
-//  6. Compare-and-swap: take it with leaseTransitions+1 as the token.
-//  7. On a conflict the copy was stale: re-read and start over at 3.
-func (c *Client) attempt(ctx context.Context) (*Grant, waitHint, error) {
-	info, _, err := c.resolve(ctx, false)
-	if err != nil {
-		return nil, waitHint{}, err
-	}
-	fresh := false
+//  3. Observe the Lease record on this client's monotonic clock.
+//  4. If another holder has it and neither this client nor the controller
+//     has observed it go unrenewed for the lease duration: ErrHeld. (A
+//     remembered copy showing a holder is re-read first.)
+//  5. Compare-and-swap: take it with leaseTransitions+1 as the token.
+//  6. On a conflict the copy was stale: a waiting caller waits for the
+//     watch to bring the newer version; otherwise re-read and go to 2.
+func (c *Client) attempt(ctx context.Context, info lockInfo, cand candidate, waiting bool) (*Grant, waitHint, error) {
 	for range maxCASAttempts {
-		current, err := c.readLease(ctx, info.leaseName, fresh)
-		if err != nil {
-			return nil, waitHint{leaseName: info.leaseName, deadline: c.cfg.Clock.Now().Add(info.duration)}, err
+		if cand.lease == nil {
+			l, err := c.readLease(ctx, info.leaseName)
+			if err != nil {
+				return nil, waitHint{deadline: c.cfg.Clock.Now().Add(info.duration)}, err
+			}
+			cand = candidate{lease: l, verified: true}
 		}
+		current := cand.lease
+		hint := waitHint{resourceVersion: current.ResourceVersion, deadline: c.cfg.Clock.Now().Add(info.duration)}
 		if current.DeletionTimestamp != nil {
-			return nil, waitHint{leaseName: info.leaseName, resourceVersion: current.ResourceVersion, deadline: c.cfg.Clock.Now().Add(info.duration)},
-				fmt.Errorf("%w: Lease %s/%s is being deleted; the controller recreates it", ErrLeaseUnavailable, c.cfg.Namespace, info.leaseName)
+			return nil, hint, fmt.Errorf("%w: Lease %s/%s is being deleted; the controller recreates it", ErrLeaseUnavailable, c.cfg.Namespace, info.leaseName)
 		}
 
 		start := c.cfg.Clock.Now()
 		obs := c.observer.Observe(info.leaseName, lease.RecordOf(current), start)
-		if held, ok := c.heldByOther(ctx, obs, info, start); ok {
-			if !fresh {
-				// The remembered copy is only a fast path to a free lock;
-				// judge a held one on a fresh read.
-				fresh = true
+		if held, ok := c.heldByOther(ctx, obs, info, start, cand.fromWatch); ok {
+			if !cand.verified {
+				cand = candidate{}
 				continue
 			}
-			return nil, waitHint{leaseName: info.leaseName, resourceVersion: current.ResourceVersion, deadline: obs.Deadline(info.duration)}, held
+			hint.deadline = obs.Deadline(info.duration)
+			return nil, hint, held
 		}
 
 		updated, err := c.leases.Update(ctx, grantedLease(current, c.cfg.Identity, info.duration, start), metav1.UpdateOptions{})
@@ -102,28 +128,33 @@ func (c *Client) attempt(ctx context.Context) (*Grant, waitHint, error) {
 			c.remember(updated)
 			c.observer.Observe(info.leaseName, lease.RecordOf(updated), start)
 			return newGrant(c, info, updated, start), waitHint{}, nil
+		case apierrors.IsConflict(err) && waiting && cand.verified:
+			return nil, hint, errContended
 		case apierrors.IsConflict(err):
-			fresh = true
+			cand = candidate{}
 		default:
 			c.remember(nil)
 			return nil, waitHint{}, fmt.Errorf("acquiring lease %s/%s: %w", c.cfg.Namespace, info.leaseName, err)
 		}
 	}
-	return nil, waitHint{leaseName: info.leaseName, deadline: c.cfg.Clock.Now().Add(info.duration)},
+	return nil, waitHint{deadline: c.cfg.Clock.Now().Add(info.duration)},
 		fmt.Errorf("%w: lost %d compare-and-swap races in a row on lease %s/%s", ErrHeld, maxCASAttempts, c.cfg.Namespace, info.leaseName)
 }
 
 // heldByOther reports whether another holder's grant is still live. It is
 // live until this client has seen the same record for the lease duration,
-// unless the controller, which has been watching longer, already reports
-// this very record Expired.
-func (c *Client) heldByOther(ctx context.Context, obs lease.Observation, info lockInfo, now time.Time) (*HeldError, bool) {
+// unless the controller, which may have been watching longer, already
+// reports this very record Expired (not asked for records a watch event just
+// brought: they changed a moment ago).
+func (c *Client) heldByOther(ctx context.Context, obs lease.Observation, info lockInfo, now time.Time, fromWatch bool) (*HeldError, bool) {
 	rec := obs.Record
 	if rec.Holder == "" || rec.Holder == c.cfg.Identity || !now.Before(obs.Deadline(info.duration)) {
 		return nil, false
 	}
-	if _, lock, err := c.resolve(ctx, true); err == nil && controllerSawExpiry(lock, rec) {
-		return nil, false
+	if !fromWatch {
+		if _, lock, err := c.resolve(ctx, true); err == nil && controllerSawExpiry(lock, rec) {
+			return nil, false
+		}
 	}
 	return &HeldError{Lock: c.LockName(), Holder: rec.Holder, Token: int64(rec.Transitions), FreeAt: obs.Deadline(info.duration)}, true
 }
@@ -133,8 +164,8 @@ func (c *Client) heldByOther(ctx context.Context, obs lease.Observation, info lo
 func controllerSawExpiry(lock *locksv1alpha1.DistributedLock, rec lease.Record) bool {
 	held := meta.FindStatusCondition(lock.Status.Conditions, locksv1alpha1.ConditionHeld)
 	st := lock.Status
-	return held != nil && held.Reason == locksv1alpha1.ReasonExpired && st.Holder == rec.Holder && st.FencingToken == int64(rec.Transitions) &&
-		st.RenewTime != nil && st.RenewTime.Time.Equal(rec.RenewTime)
+	return held != nil && held.Reason == locksv1alpha1.ReasonExpired && st.Holder == rec.Holder &&
+		st.FencingToken == int64(rec.Transitions) && st.RenewTime != nil && st.RenewTime.Time.Equal(rec.RenewTime)
 }
 
 // grantedLease is current taken by identity: the next token, fresh times and
@@ -149,39 +180,4 @@ func grantedLease(current *coordinationv1.Lease, identity string, duration time.
 	l.Spec.AcquireTime = &t
 	l.Spec.RenewTime = &t
 	return l
-}
-
-// waitForChange blocks until the Lease changes after hint.resourceVersion,
-// the observed deadline passes, or ctx ends. The Lease seen in the watch
-// event becomes the next attempt's starting point.
-func (c *Client) waitForChange(ctx context.Context, hint waitHint) error {
-	if hint.leaseName == "" {
-		return ctx.Err()
-	}
-	timer := c.cfg.Clock.NewTimer(max(hint.deadline.Sub(c.cfg.Clock.Now()), time.Millisecond))
-	defer timer.Stop()
-	w, err := c.leases.Watch(ctx, metav1.ListOptions{
-		FieldSelector:   fields.OneTermEqualSelector("metadata.name", hint.leaseName).String(),
-		ResourceVersion: hint.resourceVersion,
-	})
-	if err != nil {
-		// No watch (e.g. the resourceVersion is too old): re-read at once,
-		// unless ctx is over.
-		c.remember(nil)
-		return ctx.Err()
-	}
-	defer w.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C():
-		return nil
-	case ev, ok := <-w.ResultChan():
-		if l, isLease := ev.Object.(*coordinationv1.Lease); ok && isLease && (ev.Type == watch.Added || ev.Type == watch.Modified) {
-			c.remember(l)
-		} else {
-			c.remember(nil)
-		}
-		return nil
-	}
 }

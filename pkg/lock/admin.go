@@ -67,7 +67,7 @@ func (c *Client) modifyLease(ctx context.Context, mutate func(*coordinationv1.Le
 		return nil, err
 	}
 	for range maxCASAttempts {
-		current, err := c.readLease(ctx, info.leaseName, true)
+		current, err := c.readLease(ctx, info.leaseName)
 		if err != nil {
 			return nil, err
 		}

@@ -154,16 +154,8 @@ func (c *Client) resolve(ctx context.Context, refresh bool) (lockInfo, *locksv1a
 	return info, lock, nil
 }
 
-// readLease returns the last Lease this client saw, or a fresh read.
-func (c *Client) readLease(ctx context.Context, name string, fresh bool) (*coordinationv1.Lease, error) {
-	if !fresh {
-		c.mu.Lock()
-		last := c.last
-		c.mu.Unlock()
-		if last != nil && last.Name == name {
-			return last, nil
-		}
-	}
+// readLease reads the Lease afresh and remembers it.
+func (c *Client) readLease(ctx context.Context, name string) (*coordinationv1.Lease, error) {
 	l, err := c.leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		c.remember(nil)
@@ -174,6 +166,16 @@ func (c *Client) readLease(ctx context.Context, name string, fresh bool) (*coord
 	}
 	c.remember(l)
 	return l, nil
+}
+
+// remembered is the newest copy of the named Lease this client saw, or nil.
+func (c *Client) remembered(name string) *coordinationv1.Lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last != nil && c.last.Name == name {
+		return c.last
+	}
+	return nil
 }
 
 // remember keeps the newest Lease seen, so the next write can be a single

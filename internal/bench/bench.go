@@ -1,0 +1,265 @@
+// Package bench measures frontdesk's lock operations against a local
+// kube-apiserver, side by side with the raw Lease compare-and-swap they are
+// built on, and prints one table.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/internal/localrun"
+	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+)
+
+// Options size a run.
+type Options struct {
+	// AssetsDir holds kube-apiserver, etcd and kubectl.
+	AssetsDir string
+	// Iterations is the number of samples of each uncontended operation.
+	Iterations int
+	// Handoffs is the number of handoffs measured per waiter count.
+	Handoffs int
+	// Waiters are the waiter counts for the handoff measurement.
+	Waiters []int
+	// LeaseDurationSeconds of every lock measured.
+	LeaseDurationSeconds int32
+}
+
+// Row is one measured operation.
+type Row struct {
+	// Name says what was measured.
+	Name string
+	// Samples are the latencies, sorted.
+	Samples []time.Duration
+}
+
+// Percentile returns the p-th percentile (0 < p <= 100) of the samples.
+func (r Row) Percentile(p float64) time.Duration {
+	if len(r.Samples) == 0 {
+		return 0
+	}
+	i := int(float64(len(r.Samples))*p/100+0.999999) - 1
+	return r.Samples[min(max(i, 0), len(r.Samples)-1)]
+}
+
+const namespace = "bench"
+
+// Run starts a local control plane with the manager, measures, and prints
+// the table to out. It returns the rows for callers that check them.
+func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, error) {
+	env, err := localrun.StartEnvironment(ctx, localrun.EnvironmentOptions{AssetsDir: opts.AssetsDir, MetricsBindAddress: "0"})
+	if err != nil {
+		return nil, err
+	}
+	defer env.Stop()
+	cfg := env.ControlPlane.Config
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating client: %w", err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("creating namespace: %w", err)
+	}
+	names := []string{"raw", "library"}
+	for _, w := range opts.Waiters {
+		names = append(names, fmt.Sprintf("handoff-%d", w))
+	}
+	for _, name := range names {
+		l := &locksv1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+			Spec: locksv1alpha1.DistributedLockSpec{LeaseDurationSeconds: opts.LeaseDurationSeconds}}
+		if err := env.Client.Create(ctx, l); err != nil {
+			return nil, fmt.Errorf("creating lock %s: %w", name, err)
+		}
+	}
+	if err := env.WaitReady(ctx, namespace, names); err != nil {
+		return nil, err
+	}
+
+	raw, err := measureRawCAS(ctx, cs, "raw", opts.Iterations)
+	if err != nil {
+		return nil, err
+	}
+	rows := []Row{raw}
+	lib, err := measureUncontended(ctx, cs, env, "library", opts.Iterations)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, lib...)
+	for _, w := range opts.Waiters {
+		handoff, err := measureHandoff(ctx, cs, env, fmt.Sprintf("handoff-%d", w), w, opts.Handoffs)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, handoff...)
+	}
+	printTable(out, rows, opts)
+	return rows, nil
+}
+
+// measureRawCAS times client-go Lease Updates carrying the resourceVersion
+// of the previous write: the floor every lock operation stands on.
+func measureRawCAS(ctx context.Context, cs kubernetes.Interface, name string, n int) (Row, error) {
+	leases := cs.CoordinationV1().Leases(namespace)
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return Row{}, fmt.Errorf("reading lease %s: %w", name, err)
+	}
+	samples := make([]time.Duration, 0, n)
+	for i := range n + n/10 {
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		start := time.Now()
+		if l, err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			return Row{}, fmt.Errorf("raw CAS update: %w", err)
+		}
+		if i >= n/10 { // the first tenth warms up connections and caches
+			samples = append(samples, time.Since(start))
+		}
+	}
+	return sorted(Row{Name: "raw Lease CAS update (client-go)", Samples: samples}), nil
+}
+
+// measureUncontended times one client acquiring and releasing in a loop.
+func measureUncontended(ctx context.Context, cs kubernetes.Interface, env *localrun.Environment, name string, n int) ([]Row, error) {
+	c, err := newClient(cs, env, name, "bench-solo")
+	if err != nil {
+		return nil, err
+	}
+	acq, rel, both := make([]time.Duration, 0, n), make([]time.Duration, 0, n), make([]time.Duration, 0, n)
+	for i := range n + n/10 {
+		start := time.Now()
+		g, err := c.TryAcquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("uncontended acquire: %w", err)
+		}
+		acquired := time.Now()
+		if err := g.Release(ctx); err != nil {
+			return nil, fmt.Errorf("uncontended release: %w", err)
+		}
+		if i >= n/10 {
+			acq = append(acq, acquired.Sub(start))
+			rel = append(rel, time.Since(acquired))
+			both = append(both, time.Since(start))
+		}
+	}
+	return []Row{
+		sorted(Row{Name: "frontdesk acquire, uncontended", Samples: acq}),
+		sorted(Row{Name: "frontdesk release", Samples: rel}),
+		sorted(Row{Name: "frontdesk acquire+release", Samples: both}),
+	}, nil
+}
+
+// measureHandoff keeps one holder and `waiters` clients blocked in Acquire.
+// Each holder releases at once. Two latencies are recorded per handoff: from
+// the start of the holder's Release call, and from its return (the lock is
+// free), to the next waiter holding the lock. A releaser waits for the next
+// grant before it queues again, so every handoff goes to a waiter.
+func measureHandoff(ctx context.Context, cs kubernetes.Interface, env *localrun.Environment, name string, waiters, handoffs int) ([]Row, error) {
+	base := time.Now()
+	var releaseStarted, releaseDone atomic.Int64 // since base; 0 = no release yet
+	var grants atomic.Int64
+	var mu sync.Mutex
+	fromStart := make([]time.Duration, 0, handoffs)
+	fromDone := make([]time.Duration, 0, handoffs)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, waiters+1)
+	var wg sync.WaitGroup
+	for i := range waiters + 1 {
+		c, err := newClient(cs, env, name, fmt.Sprintf("waiter-%d", i))
+		if err != nil {
+			return nil, err
+		}
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				g, err := c.Acquire(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						errs <- fmt.Errorf("handoff acquire: %w", err)
+						cancel()
+					}
+					return
+				}
+				now := time.Since(base)
+				got := grants.Add(1)
+				if started := releaseStarted.Load(); started != 0 {
+					mu.Lock()
+					fromStart = append(fromStart, now-time.Duration(started))
+					fromDone = append(fromDone, now-time.Duration(releaseDone.Load()))
+					if len(fromStart) >= handoffs {
+						cancel()
+					}
+					mu.Unlock()
+				}
+				releaseStarted.Store(int64(time.Since(base)))
+				if err := g.Release(context.Background()); err != nil {
+					errs <- fmt.Errorf("handoff release: %w", err)
+					cancel()
+					return
+				}
+				releaseDone.Store(int64(time.Since(base)))
+				for grants.Load() == got && ctx.Err() == nil {
+					time.Sleep(time.Millisecond) // let a waiter take it before queueing again
+				}
+			}
+		})
+		if i == 0 {
+			for grants.Load() == 0 && ctx.Err() == nil { // the first holder, before the others queue
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	n := min(len(fromStart), handoffs)
+	return []Row{
+		sorted(Row{Name: fmt.Sprintf("handoff, %d waiters: Release returned → next holds", waiters), Samples: fromDone[:n]}),
+		sorted(Row{Name: fmt.Sprintf("handoff, %d waiters: Release called → next holds", waiters), Samples: fromStart[:n]}),
+	}, nil
+}
+
+func newClient(cs kubernetes.Interface, env *localrun.Environment, name, identity string) (*lock.Client, error) {
+	dyn, err := dynamicFor(env)
+	if err != nil {
+		return nil, err
+	}
+	return lock.NewForClients(cs, dyn, lock.Config{Namespace: namespace, Name: name, Identity: identity})
+}
+
+func sorted(r Row) Row {
+	slices.Sort(r.Samples)
+	return r
+}
+
+func printTable(out io.Writer, rows []Row, opts Options) {
+	fmt.Fprintf(out, "frontdesk bench: %d CPUs, %s, lease %ds, local etcd + kube-apiserver + manager in one process tree\n\n",
+		runtime.NumCPU(), runtime.Version(), opts.LeaseDurationSeconds)
+	raw := rows[0].Percentile(50)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	fmt.Fprintln(w, "operation\tn\tp50\tp99\tp50 / raw CAS p50\t")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%.2fx\t\n", r.Name, len(r.Samples), ms(r.Percentile(50)), ms(r.Percentile(99)),
+			float64(r.Percentile(50))/float64(raw))
+	}
+	_ = w.Flush()
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}

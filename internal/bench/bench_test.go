@@ -1,0 +1,49 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A short run of the benchmark: it must measure every row with real,
+// positive latencies and print the table. (Timings are not asserted: speed
+// is measured by `make bench`, not by tests.)
+func TestBenchShortRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rows, err := Run(ctx, Options{Iterations: 20, Handoffs: 10, Waiters: []int{1, 3}, LeaseDurationSeconds: 15}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRows := 4 + 2*2
+	if len(rows) != wantRows {
+		t.Fatalf("%d rows, want %d:\n%s", len(rows), wantRows, out.String())
+	}
+	for _, r := range rows {
+		if len(r.Samples) == 0 || r.Percentile(50) <= 0 || r.Percentile(99) < r.Percentile(50) {
+			t.Errorf("row %q: %d samples, p50 %s, p99 %s", r.Name, len(r.Samples), r.Percentile(50), r.Percentile(99))
+		}
+		if !strings.Contains(out.String(), r.Name) {
+			t.Errorf("table lacks row %q", r.Name)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	r := Row{Samples: []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}
+	for _, tc := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 5}, {90, 9}, {99, 10}, {100, 10}, {1, 1}} {
+		if got := r.Percentile(tc.p); got != tc.want {
+			t.Errorf("p%v = %d, want %d", tc.p, got, tc.want)
+		}
+	}
+	if got := (Row{}).Percentile(50); got != 0 {
+		t.Errorf("p50 of nothing = %d", got)
+	}
+}
