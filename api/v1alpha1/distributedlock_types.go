@@ -92,7 +92,7 @@ type DistributedLockStatus struct {
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder`
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`
 // +kubebuilder:printcolumn:name="Held",type=string,JSONPath=`.status.conditions[?(@.type=="Held")].status`
-// +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.status.expireTime`
+// +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expireTime`,description="When the controller will consider the grant lapsed, as observed on its own clock"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
 // +kubebuilder:printcolumn:name="Lease",type=string,JSONPath=`.status.leaseName`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

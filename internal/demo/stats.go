@@ -1,0 +1,80 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+)
+
+// Stats are counted from the ledger's database, never computed from the
+// scenario's parameters.
+type Stats struct {
+	// Customers in the ledger.
+	Customers int
+	// Charges recorded.
+	Charges int
+	// Duplicates are charges beyond the first for a customer.
+	Duplicates int
+	// ChargedOnce counts customers with exactly one charge.
+	ChargedOnce int
+	// NeverCharged counts customers with no charge.
+	NeverCharged int
+	// Rejected counts writes refused for a stale fencing token.
+	Rejected int
+	// Complete: a worker marked the job done.
+	Complete bool
+	// Tokens lists, per fencing token that wrote or tried to, who and what.
+	Tokens []TokenStats
+}
+
+// TokenStats is what the holder of one fencing token did at the ledger.
+type TokenStats struct {
+	Token    int64
+	Worker   string
+	Accepted int
+	Rejected int
+	// FirstMS and LastMS bound its writes, in ms since the ledger started.
+	FirstMS, LastMS int64
+}
+
+// Stats counts what the ledger holds.
+func (l *Ledger) Stats(ctx context.Context) (Stats, error) {
+	var s Stats
+	q := `SELECT
+		(SELECT count(*) FROM customers),
+		(SELECT count(*) FROM charges),
+		(SELECT count(*) FROM charges) - (SELECT count(DISTINCT customer) FROM charges),
+		(SELECT count(*) FROM (SELECT customer FROM charges GROUP BY customer HAVING count(*) = 1)),
+		(SELECT count(*) FROM customers WHERE id NOT IN (SELECT customer FROM charges)),
+		(SELECT count(*) FROM rejected),
+		(SELECT count(*) FROM job)`
+	var complete int
+	if err := l.db.QueryRowContext(ctx, q).Scan(&s.Customers, &s.Charges, &s.Duplicates, &s.ChargedOnce, &s.NeverCharged, &s.Rejected, &complete); err != nil {
+		return Stats{}, fmt.Errorf("counting the ledger: %w", err)
+	}
+	s.Complete = complete > 0
+	rows, err := l.db.QueryContext(ctx, `
+		SELECT token, worker, sum(accepted), sum(rejected), min(at_ms), max(at_ms) FROM (
+			SELECT token, worker, 1 AS accepted, 0 AS rejected, at_ms FROM charges
+			UNION ALL
+			SELECT token, worker, 0, 1, at_ms FROM rejected)
+		GROUP BY token, worker ORDER BY token, min(at_ms)`)
+	if err != nil {
+		return Stats{}, fmt.Errorf("counting charges per token: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t TokenStats
+		if err := rows.Scan(&t.Token, &t.Worker, &t.Accepted, &t.Rejected, &t.FirstMS, &t.LastMS); err != nil {
+			return Stats{}, fmt.Errorf("counting charges per token: %w", err)
+		}
+		s.Tokens = append(s.Tokens, t)
+	}
+	return s, rows.Err()
+}
+
+// chargesWithToken counts the charges accepted under one token.
+func (l *Ledger) chargesWithToken(ctx context.Context, token int64) (int, error) {
+	var n int
+	err := l.db.QueryRowContext(ctx, `SELECT count(*) FROM charges WHERE token = $1`, token).Scan(&n)
+	return n, err
+}

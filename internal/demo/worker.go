@@ -1,0 +1,179 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
+	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+)
+
+// Worker states, printed one per line as "state <name> [token] [detail]".
+const (
+	stateWaiting  = "waiting"
+	stateHolding  = "holding"
+	stateCharging = "charging"
+	stateDone     = "done"
+	stateIdle     = "idle"
+	stateFenced   = "fenced"
+	stateLost     = "lost"
+)
+
+// worker is one replica of the billing service. Its job is the incident's:
+// on getting the lock it loads the batch of unbilled customers and charges
+// each, checking its lock only when it starts (as most real jobs do).
+// Checking before every write would narrow the window, never close it: a
+// pause can land between the check and the write. That is what fencing is for.
+type worker struct {
+	ledger    string
+	name      string
+	perCharge time.Duration
+	http      *http.Client
+	mu        sync.Mutex
+}
+
+// WorkerMain runs a worker process with the given flags and returns its
+// exit status.
+func WorkerMain(args []string) int {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	kubeconfig := fs.String("kubeconfig", "", "admin kubeconfig")
+	namespace := fs.String("namespace", "default", "lock namespace")
+	lockName := fs.String("lock", "billing", "lock name")
+	ledger := fs.String("ledger", "", "ledger URL")
+	name := fs.String("name", "", "worker name")
+	perCharge := fs.Duration("per-charge", time.Millisecond, "time per charge")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	c, err := lock.New(cfg, lock.Config{Namespace: *namespace, Name: *lockName})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	w := &worker{ledger: *ledger, name: *name, perCharge: *perCharge, http: &http.Client{Timeout: 30 * time.Second}}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	w.run(ctx, c)
+	return 0
+}
+
+func (w *worker) say(state string, token int64, detail string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fmt.Printf("state %s %d %s\n", state, token, detail)
+}
+
+// run competes for the lock until ctx ends, doing the job whenever it holds
+// the lock and the job is not complete.
+func (w *worker) run(ctx context.Context, c *lock.Client) {
+	for ctx.Err() == nil {
+		w.say(stateWaiting, 0, "")
+		g, err := c.Acquire(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.say(stateWaiting, 0, "error: "+err.Error())
+				time.Sleep(100 * time.Millisecond) // back off before the next Acquire
+			}
+			continue
+		}
+		token := g.Token()
+		w.say(stateHolding, token, "")
+		go func() {
+			<-g.Lost()
+			w.say(stateLost, token, "")
+		}()
+		fenced := w.job(ctx, token)
+		if fenced {
+			_ = g.Release(context.Background()) // nothing to release: it was lost
+			continue
+		}
+		// Keep the lock until told to stop or until it is lost.
+		select {
+		case <-ctx.Done():
+		case <-g.Lost():
+		}
+		_ = g.Release(context.Background())
+	}
+}
+
+// job charges the unbilled batch with token. It reports whether the
+// ledger fenced it off.
+func (w *worker) job(ctx context.Context, token int64) bool {
+	var complete bool
+	if err := w.getJSON(ctx, "/complete", &complete); err != nil || complete {
+		w.say(stateIdle, token, "job already complete")
+		return false
+	}
+	var batch []int
+	if err := w.getJSON(ctx, "/unbilled", &batch); err != nil {
+		w.say(stateIdle, token, "error: "+err.Error())
+		return false
+	}
+	w.say(stateCharging, token, fmt.Sprint(len(batch)))
+	start := time.Now()
+	for i, customer := range batch {
+		if ctx.Err() != nil {
+			return false
+		}
+		status, err := w.post(ctx, fmt.Sprintf("/charge?customer=%d&worker=%s", customer, url.QueryEscape(w.name)), token)
+		if err == nil && status == http.StatusConflict {
+			w.say(stateFenced, token, fmt.Sprintf("charge of customer %d rejected: stale fencing token", customer))
+			return true
+		}
+		if d := time.Until(start.Add(time.Duration(i+1) * w.perCharge)); d > 0 {
+			time.Sleep(d) // the job's pace
+		}
+	}
+	if status, err := w.post(ctx, "/complete?worker="+url.QueryEscape(w.name), token); err == nil && status == http.StatusConflict {
+		w.say(stateFenced, token, "completion rejected: stale fencing token")
+		return true
+	}
+	w.say(stateDone, token, fmt.Sprint(len(batch)))
+	return false
+}
+
+func (w *worker) post(ctx context.Context, path string, token int64) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.ledger+path, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set(fencing.TokenHeader, fmt.Sprint(token))
+	resp, err := w.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func (w *worker) getJSON(ctx context.Context, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.ledger+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := w.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
