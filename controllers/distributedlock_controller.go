@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -41,6 +42,9 @@ const (
 // mirrors the Lease's holder and fencing token into the lock's status.
 type DistributedLockReconciler struct {
 	client.Client
+	// APIReader reads around the cache, where a stale read could cost a
+	// fencing token (the floor a recreated Lease starts from).
+	APIReader client.Reader
 	// Scheme is used to set owner references on Leases.
 	Scheme *runtime.Scheme
 	// Recorder records Events on DistributedLocks.
@@ -86,17 +90,17 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 	if !lock.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.finalizeLock(ctx, lock)
 	}
-	if controllerutil.AddFinalizer(lock, LockCleanupFinalizer) {
+	if controllerutil.AddFinalizer(lock, locksv1alpha1.LockCleanupFinalizer) {
 		if err := r.Update(ctx, lock); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 		}
 	}
 
+	oldStatus := lock.Status.DeepCopy()
 	state, leaseEvents, err := r.ensureLease(ctx, lock)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	r.recordEvents(lock, state.lease, leaseEvents)
 
 	now := r.Clock.Now()
 	var obs lease.Observation
@@ -110,7 +114,7 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 	if err := r.releaseTerminatingLease(ctx, lock, state.lease); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.recordEvents(lock, state.lease, res.events)
+	r.recordEvents(lock, state.lease, append(newLeaseEvents(oldStatus, leaseEvents), res.events...))
 	return ctrl.Result{RequeueAfter: res.expiresIn}, nil
 }
 
@@ -130,18 +134,32 @@ func (r *DistributedLockReconciler) updateStatus(ctx context.Context, lock *lock
 
 // finalizeLock deletes the lock's Lease and then lets the lock go.
 func (r *DistributedLockReconciler) finalizeLock(ctx context.Context, lock *locksv1alpha1.DistributedLock) error {
-	if !controllerutil.ContainsFinalizer(lock, LockCleanupFinalizer) {
+	if !controllerutil.ContainsFinalizer(lock, locksv1alpha1.LockCleanupFinalizer) {
 		return nil
 	}
 	if err := r.deleteLease(ctx, lock); err != nil {
 		return err
 	}
-	controllerutil.RemoveFinalizer(lock, LockCleanupFinalizer)
+	controllerutil.RemoveFinalizer(lock, locksv1alpha1.LockCleanupFinalizer)
 	if err := r.Update(ctx, lock); err != nil {
 		return fmt.Errorf("removing finalizer: %w", err)
 	}
 	r.observations.Forget(client.ObjectKeyFromObject(lock).String())
 	return nil
+}
+
+// newLeaseEvents drops a LeaseConflict the lock already reports, so a
+// foreign Lease's every change does not repeat the warning.
+func newLeaseEvents(old *locksv1alpha1.DistributedLockStatus, evs []lockEvent) []lockEvent {
+	ready := meta.FindStatusCondition(old.Conditions, locksv1alpha1.ConditionReady)
+	out := evs[:0:0]
+	for _, ev := range evs {
+		if ev.reason == EventLeaseConflict && ready != nil && ready.Reason == locksv1alpha1.ReasonLeaseOwnedByOther {
+			continue
+		}
+		out = append(out, ev)
+	}
+	return out
 }
 
 func (r *DistributedLockReconciler) recordEvents(lock *locksv1alpha1.DistributedLock, lease *coordinationv1.Lease, evs []lockEvent) {

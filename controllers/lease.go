@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -15,20 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
-)
-
-const (
-	// LeaseTokenFinalizer is kept on every Lease the controller manages. A
-	// deleted Lease lingers until the controller has recorded its last
-	// fencing token in the lock's status, so a recreated Lease can continue
-	// from it and no token is ever handed out twice.
-	LeaseTokenFinalizer = "locks.frontdesk.dev/fencing-token"
-	// LockCleanupFinalizer is kept on every DistributedLock so that deleting
-	// the lock deletes its Lease, also where no garbage collector runs.
-	LockCleanupFinalizer = "locks.frontdesk.dev/lease-cleanup"
-	// LockNameLabel is set on Leases the controller manages: the name of the
-	// DistributedLock they back.
-	LockNameLabel = "locks.frontdesk.dev/lock"
 )
 
 // ensureLease reads the lock's Lease and brings it in line: creates it when
@@ -67,15 +54,26 @@ func (r *DistributedLockReconciler) ensureLease(ctx context.Context, lock *locks
 }
 
 // createLease creates the lock's Lease with leaseTransitions continuing from
-// the highest fencing token the lock has recorded.
+// the highest fencing token the lock has recorded. The floor is read from
+// the apiserver, not the cache: the Lease's deletion can reach this pass
+// before the status write that recorded its last token reaches the cache,
+// and a stale floor would hand that token out again.
 func (r *DistributedLockReconciler) createLease(ctx context.Context, lock *locksv1alpha1.DistributedLock) (leaseState, []lockEvent, error) {
-	floor := lock.Status.FencingToken
+	fresh := &locksv1alpha1.DistributedLock{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lock), fresh); err != nil {
+		return leaseState{}, nil, fmt.Errorf("reading the recorded fencing token: %w", err)
+	}
+	if fresh.UID != lock.UID {
+		return leaseState{}, nil, apierrors.NewConflict(locksv1alpha1.GroupVersion.WithResource("distributedlocks").GroupResource(),
+			lock.Name, fmt.Errorf("the lock was replaced"))
+	}
+	floor := max(lock.Status.FencingToken, fresh.Status.FencingToken)
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:       lock.EffectiveLeaseName(),
 			Namespace:  lock.Namespace,
-			Labels:     map[string]string{LockNameLabel: lock.Name},
-			Finalizers: []string{LeaseTokenFinalizer},
+			Labels:     map[string]string{locksv1alpha1.LockNameLabel: lock.Name},
+			Finalizers: []string{locksv1alpha1.LeaseTokenFinalizer},
 		},
 		Spec: coordinationv1.LeaseSpec{
 			LeaseDurationSeconds: ptr.To(lock.EffectiveLeaseDurationSeconds()),
@@ -112,12 +110,12 @@ func (r *DistributedLockReconciler) syncLease(ctx context.Context, lock *locksv1
 		events = append(events, lockEvent{corev1.EventTypeNormal, EventLeaseAdopted,
 			fmt.Sprintf("adopted existing Lease %s", lease.Name)})
 	}
-	controllerutil.AddFinalizer(lease, LeaseTokenFinalizer)
-	if lease.Labels[LockNameLabel] != lock.Name {
+	controllerutil.AddFinalizer(lease, locksv1alpha1.LeaseTokenFinalizer)
+	if lease.Labels[locksv1alpha1.LockNameLabel] != lock.Name {
 		if lease.Labels == nil {
 			lease.Labels = map[string]string{}
 		}
-		lease.Labels[LockNameLabel] = lock.Name
+		lease.Labels[locksv1alpha1.LockNameLabel] = lock.Name
 	}
 
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
@@ -144,19 +142,26 @@ func (r *DistributedLockReconciler) syncLease(ctx context.Context, lock *locksv1
 }
 
 // releaseTerminatingLease removes the token finalizer from a Lease being
-// deleted, once the lock's recorded token covers the Lease's. The Update
-// carries the resourceVersion the token was read from: a grant in between
-// makes it conflict, and the next pass records that grant first.
+// deleted, once the lock's recorded token covers the Lease's and no live
+// holder remains: a holder still inside its lease must not see a fresh Lease
+// granted to someone else (it stops renewing a terminating Lease, so its
+// grant lapses within one lease duration, and the pass requeued at that
+// deadline lets the Lease go). The Update carries the resourceVersion the
+// token was read from: a grant in between makes it conflict, and the next
+// pass records that grant first.
 func (r *DistributedLockReconciler) releaseTerminatingLease(ctx context.Context, lock *locksv1alpha1.DistributedLock,
 	lease *coordinationv1.Lease) error {
-	if lease == nil || lease.DeletionTimestamp == nil || !controllerutil.ContainsFinalizer(lease, LeaseTokenFinalizer) {
+	if lease == nil || lease.DeletionTimestamp == nil || !controllerutil.ContainsFinalizer(lease, locksv1alpha1.LeaseTokenFinalizer) {
+		return nil
+	}
+	if meta.IsStatusConditionTrue(lock.Status.Conditions, locksv1alpha1.ConditionHeld) {
 		return nil
 	}
 	if int64(ptr.Deref(lease.Spec.LeaseTransitions, 0)) > lock.Status.FencingToken {
 		return fmt.Errorf("lease %s has token %d not yet recorded in status", lease.Name, ptr.Deref(lease.Spec.LeaseTransitions, 0))
 	}
 	lease = lease.DeepCopy()
-	controllerutil.RemoveFinalizer(lease, LeaseTokenFinalizer)
+	controllerutil.RemoveFinalizer(lease, locksv1alpha1.LeaseTokenFinalizer)
 	if err := r.Update(ctx, lease); err != nil {
 		return fmt.Errorf("releasing finalizer of terminating lease %s: %w", lease.Name, err)
 	}
@@ -174,9 +179,9 @@ func (r *DistributedLockReconciler) deleteLease(ctx context.Context, lock *locks
 	if owner := metav1.GetControllerOf(lease); owner == nil || owner.UID != lock.UID {
 		return nil
 	}
-	if controllerutil.ContainsFinalizer(lease, LeaseTokenFinalizer) {
+	if controllerutil.ContainsFinalizer(lease, locksv1alpha1.LeaseTokenFinalizer) {
 		lease = lease.DeepCopy()
-		controllerutil.RemoveFinalizer(lease, LeaseTokenFinalizer)
+		controllerutil.RemoveFinalizer(lease, locksv1alpha1.LeaseTokenFinalizer)
 		if err := r.Update(ctx, lease); err != nil {
 			return fmt.Errorf("removing finalizer of lease %s: %w", key.Name, err)
 		}

@@ -35,7 +35,9 @@ signals to it, release the lock when it exits, and exit with its status.
 
 If the lease is lost while the command runs (taken over, broken, or not renewed
 in time), the command's process group gets SIGTERM, then SIGKILL after --grace,
-and kubectl lock run exits with status 75 saying so.
+and kubectl lock run exits with status 75 saying so. During that grace the
+command no longer holds the lock: its writes carry a stale FENCING_TOKEN, which
+is what the protected resource must reject.
 
 The command runs in its own process group, so that signals and termination
 reach every process it starts; it cannot read from an interactive terminal.`,
@@ -59,10 +61,26 @@ reach every process it starts; it cannot read from an interactive terminal.`,
 
 // runHolding acquires, runs argv while holding the grant, and releases.
 func runHolding(ctx context.Context, o *options, c *lock.Client, ro runOptions, argv []string) error {
-	g, err := acquire(ctx, c, ro.wait)
+	// Listen before acquiring: a signal while waiting for the lock ends the
+	// wait instead of killing the plugin mid-grant.
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, forwardedSignals...)
+	defer signal.Stop(signals)
+	acquireCtx, cancelAcquire := context.WithCancel(ctx)
+	defer cancelAcquire()
+	go func() {
+		select {
+		case <-signals:
+			cancelAcquire()
+		case <-acquireCtx.Done():
+		}
+	}()
+	g, err := acquire(acquireCtx, c, ro.wait)
+	cancelAcquire()
 	if err != nil {
 		return err
 	}
+
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = o.streams.In, o.streams.Out, o.streams.ErrOut
 	// Its own process group, so that signals and, when the lease is lost,
@@ -74,9 +92,6 @@ func runHolding(ctx context.Context, o *options, c *lock.Client, ro runOptions, 
 		"LOCK_NAMESPACE="+c.Namespace(),
 		"LOCK_HOLDER="+g.Holder(),
 	)
-	signals := make(chan os.Signal, 4)
-	signal.Notify(signals, forwardedSignals...)
-	defer signal.Stop(signals)
 	if err := child.Start(); err != nil {
 		_ = g.Release(context.Background())
 		return fmt.Errorf("starting %s: %w", argv[0], err)
@@ -89,6 +104,11 @@ func runHolding(ctx context.Context, o *options, c *lock.Client, ro runOptions, 
 		case sig := <-signals:
 			signalGroup(child, sig.(syscall.Signal))
 		case err := <-exited:
+			if g.Err() != nil {
+				// The command ended, but the lease was lost while it ran:
+				// say so rather than report success.
+				return lostError(c, argv, g.Err())
+			}
 			relErr := g.Release(context.Background())
 			if relErr != nil && !errors.Is(relErr, lock.ErrNotHolder) {
 				fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: releasing %s: %v\n", c.LockName(), relErr)
@@ -97,14 +117,20 @@ func runHolding(ctx context.Context, o *options, c *lock.Client, ro runOptions, 
 		case <-g.Lost():
 			fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: lease on %s lost (%v); terminating %s\n", c.LockName(), g.Err(), argv[0])
 			terminate(child, exited, ro.grace)
-			return &ExitError{Code: ExitLeaseLost, Err: fmt.Errorf("lease on %s lost while %s ran: %w", c.LockName(), argv[0], g.Err())}
+			return lostError(c, argv, g.Err())
 		}
 	}
 }
 
+func lostError(c *lock.Client, argv []string, cause error) error {
+	return &ExitError{Code: ExitLeaseLost, Err: fmt.Errorf("lease on %s lost while %s ran: %w", c.LockName(), argv[0], cause)}
+}
+
 // terminate sends SIGTERM to the command's process group, then SIGKILL
-// after grace, and waits for the command to exit. The group is killed in
-// any case, so no process of the command outlives the lease.
+// after grace, and waits for the command to exit; processes it left behind
+// in its group are killed too. The command may run up to grace after the
+// lease is lost: whatever it writes then carries a stale fencing token, for
+// the resource to reject.
 func terminate(child *exec.Cmd, exited <-chan error, grace time.Duration) {
 	signalGroup(child, syscall.SIGTERM)
 	timer := time.NewTimer(grace)

@@ -295,4 +295,3 @@ func sortedTokens(ts []TokenStats) []TokenStats {
 	sort.Slice(out, func(i, j int) bool { return out[i].Token < out[j].Token })
 	return out
 }
-

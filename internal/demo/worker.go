@@ -176,4 +176,3 @@ func (w *worker) getJSON(ctx context.Context, path string, v any) error {
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
 }
-

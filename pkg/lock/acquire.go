@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -41,6 +42,9 @@ type candidate struct {
 type waitHint struct {
 	resourceVersion string
 	deadline        time.Time
+	// judged is the copy the attempt decided on, to judge again when the
+	// deadline passes with no change.
+	judged candidate
 }
 
 // TryAcquire makes one attempt to take the lock. When another holder has it,
@@ -76,7 +80,7 @@ func (c *Client) Acquire(ctx context.Context) (*Grant, error) {
 			return nil, err
 		}
 		var werr error
-		if next, werr = w.next(ctx, hint, next); werr != nil {
+		if next, werr = w.next(ctx, hint); werr != nil {
 			if errors.Is(err, errContended) {
 				err = fmt.Errorf("%w: lock %s is contended", ErrHeld, c.LockName())
 			}
@@ -86,18 +90,24 @@ func (c *Client) Acquire(ctx context.Context) (*Grant, error) {
 }
 
 // attempt is one try, in the steps of client-go's tryAcquireOrRenew:
-//  1. Start from the candidate copy of the Lease, or a fresh read.
-//  2. A missing or terminating Lease cannot be granted: wait for the
-//     controller to (re)create it.
+//  1. Start from the candidate copy of the Lease, or a fresh read. A
+//     remembered copy is only a fast path to a free Lease: one that shows a
+//     holder, or is being deleted, is re-read first.
+//  2. A Lease the lock does not control (not adopted yet, or owned by
+//     something else), or one being deleted, cannot be granted: wait for the
+//     controller.
 //  3. Observe the Lease record on this client's monotonic clock.
-//  4. If another holder has it and neither this client nor the controller
-//     has observed it go unrenewed for the lease duration: ErrHeld. (A
-//     remembered copy showing a holder is re-read first.)
+//  4. If a holder (this identity included: another process may use it) has
+//     it and neither this client nor the controller has observed it go
+//     unrenewed for the lease duration: ErrHeld.
 //  5. Compare-and-swap: take it with leaseTransitions+1 as the token.
 //  6. On a conflict the copy was stale: a waiting caller waits for the
 //     watch to bring the newer version; otherwise re-read and go to 2.
 func (c *Client) attempt(ctx context.Context, info lockInfo, cand candidate, waiting bool) (*Grant, waitHint, error) {
 	for range maxCASAttempts {
+		if cand.lease != nil && !cand.verified && (cand.lease.DeletionTimestamp != nil || ptr.Deref(cand.lease.Spec.HolderIdentity, "") != "") {
+			cand = candidate{}
+		}
 		if cand.lease == nil {
 			l, err := c.readLease(ctx, info.leaseName)
 			if err != nil {
@@ -106,18 +116,14 @@ func (c *Client) attempt(ctx context.Context, info lockInfo, cand candidate, wai
 			cand = candidate{lease: l, verified: true}
 		}
 		current := cand.lease
-		hint := waitHint{resourceVersion: current.ResourceVersion, deadline: c.cfg.Clock.Now().Add(info.duration)}
-		if current.DeletionTimestamp != nil {
-			return nil, hint, fmt.Errorf("%w: Lease %s/%s is being deleted; the controller recreates it", ErrLeaseUnavailable, c.cfg.Namespace, info.leaseName)
+		hint := waitHint{resourceVersion: current.ResourceVersion, deadline: c.cfg.Clock.Now().Add(info.duration), judged: cand}
+		if err := c.grantable(current, info); err != nil {
+			return nil, hint, err
 		}
 
 		start := c.cfg.Clock.Now()
 		obs := c.observer.Observe(info.leaseName, lease.RecordOf(current), start)
 		if held, ok := c.heldByOther(ctx, obs, info, start, cand.fromWatch); ok {
-			if !cand.verified {
-				cand = candidate{}
-				continue
-			}
 			hint.deadline = obs.Deadline(info.duration)
 			return nil, hint, held
 		}
@@ -141,14 +147,28 @@ func (c *Client) attempt(ctx context.Context, info lockInfo, cand candidate, wai
 		fmt.Errorf("%w: lost %d compare-and-swap races in a row on lease %s/%s", ErrHeld, maxCASAttempts, c.cfg.Namespace, info.leaseName)
 }
 
-// heldByOther reports whether another holder's grant is still live. It is
+// grantable checks that the Lease is the lock's own, in service: controlled
+// by the lock, guarded by the token finalizer, not being deleted. Tokens on
+// any other Lease would not be protected from going backwards.
+func (c *Client) grantable(l *coordinationv1.Lease, info lockInfo) error {
+	switch owner := metav1.GetControllerOf(l); {
+	case l.DeletionTimestamp != nil:
+		return fmt.Errorf("%w: Lease %s/%s is being deleted; the controller recreates it", ErrLeaseUnavailable, c.cfg.Namespace, l.Name)
+	case owner == nil || owner.UID != info.uid || !slices.Contains(l.Finalizers, locksv1alpha1.LeaseTokenFinalizer):
+		return fmt.Errorf("%w: Lease %s/%s is not (yet) managed by DistributedLock %s; is the frontdesk controller running?",
+			ErrLeaseUnavailable, c.cfg.Namespace, l.Name, c.LockName())
+	}
+	return nil
+}
+
+// heldByOther reports whether a holder's grant is still live. It is
 // live until this client has seen the same record for the lease duration,
 // unless the controller, which may have been watching longer, already
 // reports this very record Expired (not asked for records a watch event just
 // brought: they changed a moment ago).
 func (c *Client) heldByOther(ctx context.Context, obs lease.Observation, info lockInfo, now time.Time, fromWatch bool) (*HeldError, bool) {
 	rec := obs.Record
-	if rec.Holder == "" || rec.Holder == c.cfg.Identity || !now.Before(obs.Deadline(info.duration)) {
+	if rec.Holder == "" || !now.Before(obs.Deadline(info.duration)) {
 		return nil, false
 	}
 	if !fromWatch {

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -45,7 +46,7 @@ type Config struct {
 	// delay. Default: 2% of the lease duration plus 100ms.
 	SafetyMargin time.Duration
 	// Clock is the client's clock. Default: the real one (monotonic).
-	Clock clock.WithTicker
+	Clock clock.WithTickerAndDelayedExecution
 }
 
 // Client acquires one DistributedLock. It is safe for concurrent use, but a
@@ -64,6 +65,7 @@ type Client struct {
 
 // lockInfo is what a client needs from the DistributedLock itself.
 type lockInfo struct {
+	uid       types.UID
 	leaseName string
 	duration  time.Duration
 }
@@ -144,7 +146,7 @@ func (c *Client) resolve(ctx context.Context, refresh bool) (lockInfo, *locksv1a
 	if err != nil {
 		return lockInfo{}, nil, err
 	}
-	info := lockInfo{leaseName: lock.Status.LeaseName, duration: time.Duration(lock.EffectiveLeaseDurationSeconds()) * time.Second}
+	info := lockInfo{uid: lock.UID, leaseName: lock.Status.LeaseName, duration: time.Duration(lock.EffectiveLeaseDurationSeconds()) * time.Second}
 	if info.leaseName == "" {
 		info.leaseName = lock.EffectiveLeaseName()
 	}

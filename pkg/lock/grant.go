@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -28,12 +29,14 @@ type Grant struct {
 	stop   chan struct{}
 	done   chan struct{}
 
-	mu         sync.Mutex
-	lease      *coordinationv1.Lease
-	validUntil time.Time
-	lostErr    error
-	stopOnce   sync.Once
-	lostOnce   sync.Once
+	mu           sync.Mutex
+	lease        *coordinationv1.Lease
+	validUntil   time.Time
+	expiry       clock.Timer
+	lastRenewErr error
+	lostErr      error
+	stopOnce     sync.Once
+	lostOnce     sync.Once
 }
 
 func newGrant(c *Client, info lockInfo, granted *coordinationv1.Lease, requestStart time.Time) *Grant {
@@ -59,7 +62,10 @@ func newGrant(c *Client, info lockInfo, granted *coordinationv1.Lease, requestSt
 		done:     make(chan struct{}),
 		lease:    granted,
 	}
+	g.mu.Lock()
 	g.validUntil = g.safeUntil(requestStart)
+	g.armExpiry()
+	g.mu.Unlock()
 	go g.renewLoop()
 	return g
 }
@@ -105,32 +111,45 @@ func (g *Grant) safeUntil(start time.Time) time.Time {
 	return start.Add(g.info.duration - g.margin)
 }
 
-// renewLoop renews every interval until stopped, and declares the grant
-// lost when a renewal shows another holder or none succeeds in time.
+// renewLoop renews every interval until stopped or lost. Expiry is not
+// judged here but by a timer of its own (armExpiry), which keeps running
+// while a renewal is in flight, so a slow renewal cannot delay the loss.
 func (g *Grant) renewLoop() {
 	defer close(g.done)
-	clk := g.client.cfg.Clock
-	ticker := clk.NewTicker(g.interval)
+	ticker := g.client.cfg.Clock.NewTicker(g.interval)
 	defer ticker.Stop()
-	var lastErr error
 	for {
-		expiry := clk.NewTimer(max(g.ValidUntil().Sub(clk.Now()), 0))
 		select {
 		case <-g.stop:
-			expiry.Stop()
 			return
-		case <-expiry.C():
-			g.lose(fmt.Errorf("%w: lock %s not renewed within its lease (last error: %v)", ErrLost, g.Lock(), lastErr))
+		case <-g.lost:
 			return
 		case <-ticker.C():
-			expiry.Stop()
-			lastErr = g.renewOnce()
-			if errors.Is(lastErr, ErrLost) {
-				g.lose(lastErr)
+			if err := g.renewOnce(); errors.Is(err, ErrLost) {
+				g.lose(err)
 				return
+			} else if err != nil {
+				g.mu.Lock()
+				g.lastRenewErr = err
+				g.mu.Unlock()
 			}
 		}
 	}
+}
+
+// armExpiry (re)starts the timer that declares the grant lost at
+// validUntil. Callers hold g.mu.
+func (g *Grant) armExpiry() {
+	if g.expiry != nil {
+		g.expiry.Stop()
+	}
+	clk := g.client.cfg.Clock
+	g.expiry = clk.AfterFunc(max(g.validUntil.Sub(clk.Now()), 0), func() {
+		g.mu.Lock()
+		lastErr := g.lastRenewErr
+		g.mu.Unlock()
+		g.lose(fmt.Errorf("%w: lock %s not renewed within its lease (last error: %v)", ErrLost, g.Lock(), lastErr))
+	})
 }
 
 // renewOnce moves renewTime forward with a compare-and-swap. A conflict is
@@ -149,9 +168,20 @@ func (g *Grant) renewOnce() error {
 		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(start))
 		l.Spec.LeaseDurationSeconds = ptr.To(int32(g.info.duration / time.Second))
 		updated, err := g.client.leases.Update(ctx, l, metav1.UpdateOptions{})
+		if err == nil && updated.DeletionTimestamp != nil {
+			// The Lease is being deleted: stop renewing, so the controller
+			// sees this grant lapse and can let the Lease go.
+			g.client.remember(updated)
+			return fmt.Errorf("%w: lease %s/%s is being deleted", ErrLost, g.client.cfg.Namespace, g.info.leaseName)
+		}
 		if err == nil {
 			g.mu.Lock()
-			g.lease, g.validUntil = updated, g.safeUntil(start)
+			select {
+			case <-g.lost: // too late: the grant already expired
+			default:
+				g.lease, g.validUntil = updated, g.safeUntil(start)
+				g.armExpiry()
+			}
 			g.mu.Unlock()
 			g.client.remember(updated)
 			return nil
@@ -177,6 +207,9 @@ func (g *Grant) reread(ctx context.Context) (*coordinationv1.Lease, error) {
 		return nil, fmt.Errorf("reading lease %s/%s: %w", g.client.cfg.Namespace, g.info.leaseName, err)
 	}
 	g.client.remember(fresh)
+	if fresh.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("%w: lease %s/%s is being deleted", ErrLost, g.client.cfg.Namespace, g.info.leaseName)
+	}
 	if !g.owns(fresh) {
 		holder := ptr.Deref(fresh.Spec.HolderIdentity, "")
 		if holder == "" {
@@ -199,6 +232,9 @@ func (g *Grant) lose(err error) {
 	g.lostOnce.Do(func() {
 		g.mu.Lock()
 		g.lostErr = err
+		if g.expiry != nil {
+			g.expiry.Stop()
+		}
 		g.mu.Unlock()
 		g.cancel(err)
 		close(g.lost)
@@ -217,6 +253,11 @@ func (g *Grant) stopRenewing() {
 // lost changes nothing and returns ErrNotHolder with who holds it now.
 func (g *Grant) Release(ctx context.Context) error {
 	g.stopRenewing()
+	g.mu.Lock()
+	if g.expiry != nil {
+		g.expiry.Stop()
+	}
+	g.mu.Unlock()
 	g.cancel(ErrReleased)
 	if err := g.Err(); err != nil {
 		return fmt.Errorf("%w: nothing released: %w", ErrNotHolder, err)

@@ -28,7 +28,7 @@ func TestLockCreatesOwnedLease(t *testing.T) {
 	g.Expect(owner).NotTo(BeNil(), "lease has no controller owner reference")
 	g.Expect(owner.UID).To(Equal(lock.UID))
 	g.Expect(owner.Kind).To(Equal("DistributedLock"))
-	g.Expect(lease.Finalizers).To(ContainElement(controllers.LeaseTokenFinalizer))
+	g.Expect(lease.Finalizers).To(ContainElement(locksv1alpha1.LeaseTokenFinalizer))
 	g.Expect(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)).To(BeEquivalentTo(20))
 	g.Expect(lease.Spec.HolderIdentity).To(BeNil())
 
@@ -36,7 +36,7 @@ func TestLockCreatesOwnedLease(t *testing.T) {
 	g.Expect(lock.Status.ObservedGeneration).To(Equal(lock.Generation))
 	g.Expect(lock.Status.Holder).To(BeEmpty())
 	g.Expect(heldReason(lock)).To(Equal(locksv1alpha1.ReasonNotHeld))
-	g.Expect(lock.Finalizers).To(ContainElement(controllers.LockCleanupFinalizer))
+	g.Expect(lock.Finalizers).To(ContainElement(locksv1alpha1.LockCleanupFinalizer))
 }
 
 func TestLeaseNameDefaultsAndOverrides(t *testing.T) {
@@ -151,7 +151,7 @@ func TestRenewalsDoNotSpamEvents(t *testing.T) {
 
 func TestLeaseRecreatedContinuesFromHighestToken(t *testing.T) {
 	ns := newNamespace(t)
-	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
 	ctx := context.Background()
 	g := NewWithT(t)
 
@@ -170,7 +170,16 @@ func TestLeaseRecreatedContinuesFromHighestToken(t *testing.T) {
 
 	old := getLease(g, ns, "billing")
 	g.Expect(clientset.CoordinationV1().Leases(ns).Delete(ctx, "billing", metav1.DeleteOptions{})).To(Succeed())
-	eventually(t, 5*time.Second, func(g Gomega) {
+	// The last holder (worker-g) is still inside its lease: the Lease stays,
+	// terminating, so nobody can be granted a fresh one meanwhile.
+	eventually(t, 2*time.Second, func(g Gomega) {
+		lock := getLock(g, ns, "billing")
+		g.Expect(lock.Status.Conditions).To(ContainElement(HaveField("Reason", locksv1alpha1.ReasonLeaseTerminating)))
+	})
+	terminating := getLease(g, ns, "billing")
+	g.Expect(terminating.UID).To(Equal(old.UID))
+	g.Expect(terminating.DeletionTimestamp).NotTo(BeNil())
+	eventually(t, 10*time.Second, func(g Gomega) {
 		lease := getLease(g, ns, "billing")
 		g.Expect(lease.UID).NotTo(Equal(old.UID), "lease not yet recreated")
 		g.Expect(ptr.Deref(lease.Spec.LeaseTransitions, 0)).To(BeNumerically(">=", 7))
@@ -193,7 +202,7 @@ func TestLeaseRecreatedContinuesFromHighestToken(t *testing.T) {
 // token is recorded, so the recreated Lease never reuses that token.
 func TestGrantThenDeleteNeverReusesToken(t *testing.T) {
 	ns := newNamespace(t)
-	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(1).Obj())
 	ctx := context.Background()
 	g := NewWithT(t)
 
@@ -204,7 +213,7 @@ func TestGrantThenDeleteNeverReusesToken(t *testing.T) {
 		g.Expect(token).To(BeNumerically(">", last), "round %d", round)
 		last = token
 		g.Expect(clientset.CoordinationV1().Leases(ns).Delete(ctx, "billing", metav1.DeleteOptions{})).To(Succeed())
-		eventually(t, 5*time.Second, func(g Gomega) {
+		eventually(t, 10*time.Second, func(g Gomega) {
 			lease := getLease(g, ns, "billing")
 			g.Expect(lease.DeletionTimestamp).To(BeNil(), "old lease still terminating")
 			g.Expect(ptr.Deref(lease.Spec.LeaseTransitions, 0)).To(BeNumerically(">=", last))
@@ -269,7 +278,7 @@ func TestExistingLeaseIsAdoptedWithoutDisturbingHolder(t *testing.T) {
 	lock := createReadyLock(t, testutil.MakeLock("legacy", ns).LeaseDuration(5).Obj())
 	adopted := getLease(g, ns, "legacy")
 	g.Expect(metav1.IsControlledBy(adopted, lock)).To(BeTrue())
-	g.Expect(adopted.Finalizers).To(ContainElement(controllers.LeaseTokenFinalizer))
+	g.Expect(adopted.Finalizers).To(ContainElement(locksv1alpha1.LeaseTokenFinalizer))
 	g.Expect(ptr.Deref(adopted.Spec.HolderIdentity, "")).To(Equal("old-timer"))
 	g.Expect(ptr.Deref(adopted.Spec.LeaseTransitions, 0)).To(BeEquivalentTo(3))
 	g.Expect(ptr.Deref(adopted.Spec.LeaseDurationSeconds, 0)).To(BeEquivalentTo(30), "a live holder's duration is not cut short")
@@ -328,6 +337,6 @@ func TestControllerKeepsFinalizerOffForeignLeases(t *testing.T) {
 	g.Expect(k8sClient.Create(ctx, lease)).To(Succeed())
 	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
 	got := getLease(g, ns, "unrelated")
-	g.Expect(controllerutil.ContainsFinalizer(got, controllers.LeaseTokenFinalizer)).To(BeFalse())
+	g.Expect(controllerutil.ContainsFinalizer(got, locksv1alpha1.LeaseTokenFinalizer)).To(BeFalse())
 	g.Expect(got.OwnerReferences).To(BeEmpty())
 }

@@ -190,6 +190,64 @@ func TestSilentHolderLosesBeforeTakeover(t *testing.T) {
 	g.Expect(ga.Release(context.Background())).To(MatchError(lock.ErrNotHolder))
 }
 
+// Deleting the Lease under a live holder: the holder's next renewal sees the
+// Lease terminating and gives up; the controller keeps the Lease (finalizer)
+// until it has seen that grant lapse, and only then recreates it for others.
+func TestDeletedLeaseEndsLiveGrantBeforeAnyoneElseGetsIt(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
+	g := NewWithT(t)
+	ga, err := newLockClient(t, ns, "billing", "victim").Acquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	var lostAt time.Time
+	lostSeen := make(chan struct{})
+	go func() { <-ga.Lost(); lostAt = time.Now(); close(lostSeen) }()
+
+	g.Expect(clientset.CoordinationV1().Leases(ns).Delete(context.Background(), "billing", metav1.DeleteOptions{})).To(Succeed())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	gb, err := newLockClient(t, ns, "billing", "next").Acquire(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	acquiredAt := time.Now()
+	defer gb.Release(context.Background())
+
+	g.Eventually(lostSeen).Should(BeClosed())
+	g.Expect(ga.Err()).To(MatchError(ContainSubstring("being deleted")))
+	g.Expect(lostAt.Before(acquiredAt)).To(BeTrue(), "victim lost at %v, successor acquired at %v", lostAt, acquiredAt)
+	g.Expect(gb.Token()).To(BeNumerically(">", ga.Token()))
+	t.Logf("victim gave up %s before the successor's grant", acquiredAt.Sub(lostAt).Round(time.Millisecond))
+}
+
+// The client refuses a Lease the lock does not control: tokens there are not
+// protected from going backwards.
+func TestClientRefusesLeaseNotManagedByTheLock(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("first", ns).LeaseName("shared").Obj())
+	g := NewWithT(t)
+	g.Expect(k8sClient.Create(context.Background(), testutil.MakeLock("second", ns).LeaseName("shared").Obj())).To(Succeed())
+	eventually(t, 5*time.Second, func(g Gomega) {
+		g.Expect(getLock(g, ns, "second").Status.LeaseName).To(Equal("shared"))
+	})
+	_, err := newLockClient(t, ns, "second", "x").TryAcquire(context.Background())
+	g.Expect(err).To(MatchError(lock.ErrLeaseUnavailable))
+	g.Expect(err.Error()).To(ContainSubstring("is not (yet) managed by DistributedLock " + ns + "/second"))
+	gf, err := newLockClient(t, ns, "first", "x").TryAcquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gf.Release(context.Background())).To(Succeed())
+}
+
+// Two processes sharing one identity still exclude each other.
+func TestSameIdentityDoesNotShareTheLock(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(30).Obj())
+	g := NewWithT(t)
+	first, err := newLockClient(t, ns, "billing", "shared-id").TryAcquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer first.Release(context.Background())
+	_, err = newLockClient(t, ns, "billing", "shared-id").TryAcquire(context.Background())
+	g.Expect(err).To(MatchError(lock.ErrHeld))
+}
+
 func TestBreakFencesTheHolder(t *testing.T) {
 	ns := newNamespace(t)
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(3).Obj())
