@@ -67,6 +67,14 @@ run: manifests generate fmt vet ## Run the manager against the cluster in your k
 local: manifests generate k8s-binaries ## Start a local control plane, install the CRD, run the manager and apply a sample lock.
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./cmd/frontdesk-local --assets "$(K8S_BIN)" --sample config/samples/locks_v1alpha1_distributedlock.yaml
 
+# Flags for `make demo`; empty runs the full-size incident (about 8 minutes).
+DEMO_FLAGS ?= --fast
+
+.PHONY: demo
+demo: manifests generate k8s-binaries ## Run the billing scenario without and with fencing (DEMO_FLAGS= for the full size).
+	go build -o $(LOCALBIN)/frontdesk-demo ./cmd/frontdesk-demo
+	$(LOCALBIN)/frontdesk-demo --assets "$(K8S_BIN)" $(DEMO_FLAGS)
+
 .PHONY: bench
 bench: manifests generate k8s-binaries ## Measure lock operations on a local control plane and print one table.
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./cmd/frontdesk-bench $(BENCH_FLAGS)

@@ -28,4 +28,10 @@ const (
 	EventTokenFloorRestored = "TokenFloorRestored"
 	// EventLeaseConflict: the Lease is controlled by another object.
 	EventLeaseConflict = "LeaseConflict"
+	// EventHandedOff: in candidates mode, the holder pod stopped being
+	// Ready or went away and the lock was granted to the next candidate.
+	EventHandedOff = "HandedOff"
+	// EventCandidateGone: in candidates mode, the holder pod stopped being
+	// Ready and no candidate was left, so the lock was released.
+	EventCandidateGone = "CandidateGone"
 )

@@ -8,9 +8,12 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -103,19 +106,37 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 	}
 
 	now := r.Clock.Now()
+	key := client.ObjectKeyFromObject(lock).String()
 	var obs lease.Observation
+	var renewIn time.Duration
 	if state.lease != nil {
-		obs = r.observations.Observe(client.ObjectKeyFromObject(lock).String(), lease.RecordOf(state.lease), now)
+		obs = r.observations.Observe(key, lease.RecordOf(state.lease), now)
+		cand, err := r.reconcileCandidates(ctx, lock, state.lease, obs, now)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if cand.lease != state.lease {
+			state.lease = cand.lease
+			obs = r.observations.Observe(key, lease.RecordOf(cand.lease), now)
+		}
+		leaseEvents, renewIn = append(leaseEvents, cand.events...), cand.renewIn
 	}
+
 	res := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: now})
+	if res.status.HolderPod, err = r.holderPodName(ctx, lock, &res.status); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.updateStatus(ctx, lock, res.status); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.releaseTerminatingLease(ctx, lock, state.lease); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.markHolderPod(ctx, lock, &lock.Status); err != nil {
+		return ctrl.Result{}, err
+	}
 	r.recordEvents(lock, state.lease, append(newLeaseEvents(oldStatus, leaseEvents), res.events...))
-	return ctrl.Result{RequeueAfter: res.expiresIn}, nil
+	return ctrl.Result{RequeueAfter: earliest(res.expiresIn, renewIn)}, nil
 }
 
 // updateStatus writes status when it changed. The Update carries the lock's
@@ -146,6 +167,17 @@ func (r *DistributedLockReconciler) finalizeLock(ctx context.Context, lock *lock
 	}
 	r.observations.Forget(client.ObjectKeyFromObject(lock).String())
 	return nil
+}
+
+// earliest is the smallest positive duration, or zero if none is.
+func earliest(ds ...time.Duration) time.Duration {
+	var out time.Duration
+	for _, d := range ds {
+		if d > 0 && (out == 0 || d < out) {
+			out = d
+		}
+	}
+	return out
 }
 
 // newLeaseEvents drops a LeaseConflict the lock already reports, so a
@@ -188,6 +220,34 @@ func (r *DistributedLockReconciler) locksForLease(ctx context.Context, obj clien
 	return reqs
 }
 
+// locksForPod maps a Pod event to the locks it may matter to: locks whose
+// candidates it may be, and locks it holds or is marked as holding.
+func (r *DistributedLockReconciler) locksForPod(ctx context.Context, obj client.Object) []reconcile.Request {
+	var locks locksv1alpha1.DistributedLockList
+	if err := r.List(ctx, &locks, client.InNamespace(obj.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing locks for pod", "pod", klog.KObj(obj))
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range locks.Items {
+		l := &locks.Items[i]
+		_, marked := obj.GetLabels()[locksv1alpha1.HolderLabelKey(l.Name)]
+		if marked || l.Status.HolderPod == obj.GetName() || candidateOf(l, obj) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: l.Namespace, Name: l.Name}})
+		}
+	}
+	return reqs
+}
+
+// candidateOf reports whether the lock's candidate selector picks obj.
+func candidateOf(l *locksv1alpha1.DistributedLock, obj client.Object) bool {
+	if l.Spec.Candidates == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&l.Spec.Candidates.PodSelector)
+	return err == nil && sel.Matches(labels.Set(obj.GetLabels()))
+}
+
 // SetupWithManager registers the controller, its index and its watches.
 func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.Clock == nil {
@@ -203,6 +263,7 @@ func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ct
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&locksv1alpha1.DistributedLock{}).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.locksForLease)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.locksForPod)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Named("distributedlock").
 		Complete(r)

@@ -29,6 +29,23 @@ type DistributedLockSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="leaseName must be a valid Lease name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
 	LeaseName string `json:"leaseName,omitempty"`
+
+	// candidates, when set, turns on zero-code leader election: the
+	// controller itself holds the lock on behalf of one Ready,
+	// non-terminating pod selected by candidates.podSelector (the oldest
+	// first), renews it while that pod stays Ready, and hands it to the next
+	// candidate, with a new fencing token, when the pod goes away or stops
+	// being Ready. The holder pod is labelled so a Service can select it.
+	// +optional
+	Candidates *CandidatesSpec `json:"candidates,omitempty"`
+}
+
+// CandidatesSpec selects the pods the controller holds the lock for.
+type CandidatesSpec struct {
+	// podSelector selects candidate pods in the lock's namespace. An empty
+	// selector selects every pod in the namespace.
+	// +required
+	PodSelector metav1.LabelSelector `json:"podSelector"`
 }
 
 // DistributedLockStatus is the state of a DistributedLock as observed by the
@@ -69,6 +86,12 @@ type DistributedLockStatus struct {
 	// +optional
 	LeaseName string `json:"leaseName,omitempty"`
 
+	// holderPod is the pod in the lock's namespace that the live holder's
+	// identity names (the part before the first "_"), when that pod exists.
+	// The controller annotates and labels it (see docs/annotations.md).
+	// +optional
+	HolderPod string `json:"holderPod,omitempty"`
+
 	// observedGeneration is the metadata.generation this status was computed
 	// from.
 	// +optional
@@ -95,6 +118,7 @@ type DistributedLockStatus struct {
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expireTime`,description="When the controller will consider the grant lapsed, as observed on its own clock"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
 // +kubebuilder:printcolumn:name="Lease",type=string,JSONPath=`.status.leaseName`,priority=1
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.holderPod`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DistributedLock struct {
 	metav1.TypeMeta `json:",inline"`

@@ -49,7 +49,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Result, error) {
 	if err := env.WaitReady(ctx, demoNamespace, []string{lockName}); err != nil {
 		return Result{}, err
 	}
-	fmt.Fprintf(out, "DistributedLock %s/%s is Ready; watch it with:\n  %s --kubeconfig %s get dlock -w\n\n",
+	fmt.Fprintf(out, "DistributedLock %s/%s is Ready; watch it with:\n  %s --kubeconfig %s get distributedlocks -w\n\n",
 		demoNamespace, lockName, filepath.Join(env.ControlPlane.AssetsDir, "kubectl"), env.ControlPlane.KubeconfigPath)
 
 	var res Result

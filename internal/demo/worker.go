@@ -125,19 +125,17 @@ func (w *worker) job(ctx context.Context, token int64) bool {
 		return false
 	}
 	w.say(stateCharging, token, fmt.Sprint(len(batch)))
-	start := time.Now()
-	for i, customer := range batch {
+	for _, customer := range batch {
 		if ctx.Err() != nil {
 			return false
 		}
+		next := time.Now().Add(w.perCharge)
 		status, err := w.post(ctx, fmt.Sprintf("/charge?customer=%d&worker=%s", customer, url.QueryEscape(w.name)), token)
 		if err == nil && status == http.StatusConflict {
 			w.say(stateFenced, token, fmt.Sprintf("charge of customer %d rejected: stale fencing token", customer))
 			return true
 		}
-		if d := time.Until(start.Add(time.Duration(i+1) * w.perCharge)); d > 0 {
-			time.Sleep(d) // the job's pace
-		}
+		time.Sleep(time.Until(next)) // the job's pace: a thawed worker carries on at it, not faster
 	}
 	if status, err := w.post(ctx, "/complete?worker="+url.QueryEscape(w.name), token); err == nil && status == http.StatusConflict {
 		w.say(stateFenced, token, "completion rejected: stale fencing token")

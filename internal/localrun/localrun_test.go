@@ -34,7 +34,7 @@ func TestQuickStartShowsSampleLock(t *testing.T) {
 	text := out.String()
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`kubectl --kubeconfig /\S+ get distributedlocks -n default`),
-		regexp.MustCompile(`NAME\s+HOLDER\s+TOKEN\s+HELD\s+EXPIRES\s+READY\s+LEASE\s+AGE`),
+		regexp.MustCompile(`NAME\s+HOLDER\s+TOKEN\s+HELD\s+EXPIRES\s+READY\s+LEASE\s+POD\s+AGE`),
 		regexp.MustCompile(`(?m)^billing\s+False\s+True\s+billing\s+\d+s$`),
 	} {
 		if !want.MatchString(text) {

@@ -4,13 +4,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
-	"strings"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
 // IdentitySeparator separates the pod (or host) name from the per-process
 // suffix in a default identity. It cannot occur in a pod name, so the part
-// before it names the pod.
-const IdentitySeparator = "_"
+// before it names the pod (the controller labels that pod).
+const IdentitySeparator = locksv1alpha1.IdentitySeparator
 
 // DefaultIdentity is unique per process incarnation: $POD_NAME (else the
 // hostname), the separator, and 8 random hex digits.
@@ -30,6 +31,5 @@ func DefaultIdentity() string {
 // PodNameOf returns the pod (or host) part of an identity made by
 // DefaultIdentity; other identities are returned whole.
 func PodNameOf(identity string) string {
-	name, _, _ := strings.Cut(identity, IdentitySeparator)
-	return name
+	return locksv1alpha1.PodNameOf(identity)
 }
