@@ -53,6 +53,7 @@ func StartLedger(dir string, customers int, fenced bool) (*Ledger, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /unbilled", l.unbilled)
 	mux.HandleFunc("POST /charge", l.charge)
+	mux.HandleFunc("POST /begin", l.begin)
 	mux.HandleFunc("POST /complete", l.complete)
 	mux.HandleFunc("GET /complete", l.isComplete)
 	l.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -68,6 +69,7 @@ func (l *Ledger) init(customers int) error {
 		`CREATE TABLE charges (id INTEGER PRIMARY KEY AUTOINCREMENT, customer INTEGER NOT NULL, worker TEXT NOT NULL, token INTEGER NOT NULL, at_ms INTEGER NOT NULL)`,
 		`CREATE TABLE rejected (customer INTEGER NOT NULL, worker TEXT NOT NULL, token INTEGER NOT NULL, current_token INTEGER NOT NULL, at_ms INTEGER NOT NULL)`,
 		`CREATE TABLE job (id INTEGER PRIMARY KEY CHECK (id = 1), worker TEXT NOT NULL, token INTEGER NOT NULL)`,
+		`CREATE TABLE runs (worker TEXT NOT NULL, token INTEGER NOT NULL, at_ms INTEGER NOT NULL)`,
 	} {
 		if _, err := l.db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("creating ledger schema: %w", err)
@@ -133,6 +135,23 @@ func (l *Ledger) charge(w http.ResponseWriter, r *http.Request) {
 		return err
 	}
 	l.fencedWrite(w, r, customer, worker, token, insert)
+}
+
+// begin records that a holder starts a run of the job. With fencing it is
+// the holder's first fenced write: from then on the ledger refuses every
+// older token, so the batch the holder reads next already holds every write
+// an older holder will ever get in.
+func (l *Ledger) begin(w http.ResponseWriter, r *http.Request) {
+	token, err := strconv.ParseInt(r.Header.Get(fencing.TokenHeader), 10, 64)
+	worker := r.URL.Query().Get("worker")
+	if err != nil || worker == "" {
+		http.Error(w, "need ?worker=NAME and the "+fencing.TokenHeader+" header", http.StatusBadRequest)
+		return
+	}
+	l.fencedWrite(w, r, 0, worker, token, func(exec execer) error {
+		_, err := exec.ExecContext(r.Context(), `INSERT INTO runs (worker, token, at_ms) VALUES ($1, $2, $3)`, worker, token, l.sinceStart())
+		return err
+	})
 }
 
 // complete marks the job done.

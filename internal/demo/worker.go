@@ -119,6 +119,17 @@ func (w *worker) job(ctx context.Context, token int64) bool {
 		w.say(stateIdle, token, "job already complete")
 		return false
 	}
+	// Fence first, then read: registering the token before loading the batch
+	// makes the ledger refuse an older holder's late writes, so none of them
+	// can land after the batch was read (and be charged again).
+	if status, err := w.post(ctx, "/begin?worker="+url.QueryEscape(w.name), token); err != nil || status != http.StatusCreated {
+		if err == nil && status == http.StatusConflict {
+			w.say(stateFenced, token, "run rejected: stale fencing token")
+			return true
+		}
+		w.say(stateIdle, token, fmt.Sprintf("error: begin: %v (status %d)", err, status))
+		return false
+	}
 	var batch []int
 	if err := w.getJSON(ctx, "/unbilled", &batch); err != nil {
 		w.say(stateIdle, token, "error: "+err.Error())
