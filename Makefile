@@ -56,8 +56,9 @@ verify: manifests generate fmt vet ## Regenerate everything and fail if the tree
 ##@ Build
 
 .PHONY: build
-build: manifests generate fmt vet ## Build the manager binary.
+build: manifests generate fmt vet ## Build the manager and kubectl-lock binaries into bin/.
 	go build -o $(LOCALBIN)/manager .
+	go build -o $(LOCALBIN)/kubectl-lock ./cmd/kubectl-lock
 
 .PHONY: run
 run: manifests generate fmt vet ## Run the manager against the cluster in your kubeconfig.
@@ -79,9 +80,13 @@ demo: manifests generate k8s-binaries ## Run the billing scenario without and wi
 bench: manifests generate k8s-binaries ## Measure lock operations on a local control plane and print one table.
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./cmd/frontdesk-bench $(BENCH_FLAGS)
 
+# Image for the kubectl-lock plugin.
+PLUGIN_IMG ?= frontdesk-kubectl-lock:latest
+
 .PHONY: docker-build
-docker-build: ## Build the manager image (needs a container engine).
+docker-build: ## Build the manager and kubectl-lock images (needs a container engine).
 	docker build -t $(IMG) .
+	docker build -t $(PLUGIN_IMG) -f Dockerfile.kubectl-lock .
 
 ##@ Deployment
 

@@ -58,6 +58,7 @@ type DistributedLockReconciler struct {
 	MaxConcurrentReconciles int
 
 	observations *lease.Observer
+	metrics      *lockMetrics
 }
 
 // +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks,verbs=get;list;watch;update;patch
@@ -72,6 +73,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Get(ctx, req.NamespacedName, lock); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.observations.Forget(req.NamespacedName.String())
+			r.metrics.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("reading distributedlock %s: %w", req.NamespacedName, err)
@@ -135,6 +137,9 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 	if err := r.markHolderPod(ctx, lock, &lock.Status); err != nil {
 		return ctrl.Result{}, err
 	}
+	lockKey := client.ObjectKeyFromObject(lock)
+	r.metrics.statusWritten(lockKey, &lock.Status, r.Clock.Now())
+	r.metrics.observed(lockKey, res.events, now)
 	r.recordEvents(lock, state.lease, append(newLeaseEvents(oldStatus, leaseEvents), res.events...))
 	return ctrl.Result{RequeueAfter: earliest(res.expiresIn, renewIn)}, nil
 }
@@ -166,6 +171,7 @@ func (r *DistributedLockReconciler) finalizeLock(ctx context.Context, lock *lock
 		return fmt.Errorf("removing finalizer: %w", err)
 	}
 	r.observations.Forget(client.ObjectKeyFromObject(lock).String())
+	r.metrics.forget(client.ObjectKeyFromObject(lock))
 	return nil
 }
 
@@ -213,9 +219,11 @@ func (r *DistributedLockReconciler) locksForLease(ctx context.Context, obj clien
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(locks.Items))
+	now := r.Clock.Now()
 	for i := range locks.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{
-			Namespace: locks.Items[i].Namespace, Name: locks.Items[i].Name}})
+		key := types.NamespacedName{Namespace: locks.Items[i].Namespace, Name: locks.Items[i].Name}
+		r.metrics.leaseChanged(key, now)
+		reqs = append(reqs, reconcile.Request{NamespacedName: key})
 	}
 	return reqs
 }
@@ -254,6 +262,7 @@ func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ct
 		r.Clock = clock.RealClock{}
 	}
 	r.observations = lease.NewObserver()
+	r.metrics = newLockMetrics()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &locksv1alpha1.DistributedLock{}, leaseNameIndex,
 		func(o client.Object) []string {
 			return []string{o.(*locksv1alpha1.DistributedLock).EffectiveLeaseName()}

@@ -136,17 +136,24 @@ func (w *worker) job(ctx context.Context, token int64) bool {
 		return false
 	}
 	w.say(stateCharging, token, fmt.Sprint(len(batch)))
+	next := time.Now()
 	for _, customer := range batch {
 		if ctx.Err() != nil {
 			return false
 		}
-		next := time.Now().Add(w.perCharge)
 		status, err := w.post(ctx, fmt.Sprintf("/charge?customer=%d&worker=%s", customer, url.QueryEscape(w.name)), token)
 		if err == nil && status == http.StatusConflict {
 			w.say(stateFenced, token, fmt.Sprintf("charge of customer %d rejected: stale fencing token", customer))
 			return true
 		}
-		time.Sleep(time.Until(next)) // the job's pace: a thawed worker carries on at it, not faster
+		// The job's pace. Far behind it (a thawed worker), carry on at the
+		// pace rather than catch up in a burst.
+		next = next.Add(w.perCharge)
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d)
+		} else if -d > 50*w.perCharge {
+			next = time.Now()
+		}
 	}
 	if status, err := w.post(ctx, "/complete?worker="+url.QueryEscape(w.name), token); err == nil && status == http.StatusConflict {
 		w.say(stateFenced, token, "completion rejected: stale fencing token")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -33,6 +34,8 @@ var (
 	clientset kubernetes.Interface
 	// kubeconfigPath is an admin kubeconfig for processes the tests start.
 	kubeconfigPath string
+	// metricsAddr is where the manager under test serves its metrics.
+	metricsAddr string
 )
 
 func TestMain(m *testing.M) {
@@ -83,7 +86,13 @@ func run(m *testing.M) int {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	opts := manager.DefaultOptions()
-	opts.MetricsBindAddress = "0"
+	if metricsAddr, err = freeLocalAddress(); err != nil {
+		cancel()
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	opts.MetricsBindAddress = metricsAddr
+	opts.SecureMetrics = false
 	opts.HealthProbeBindAddress = "0"
 	mgr, err := manager.New(ctx, cfg, opts)
 	if err != nil {
@@ -100,6 +109,16 @@ func run(m *testing.M) int {
 		}
 	}()
 	return m.Run()
+}
+
+// freeLocalAddress returns a loopback address with a port free right now.
+func freeLocalAddress() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // restConfig is a copy of the admin config, for clients a test builds.

@@ -1,0 +1,179 @@
+package integration
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
+	"github.com/frontdesk-dev/frontdesk/internal/manager"
+	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	testutil "github.com/frontdesk-dev/frontdesk/test/util"
+)
+
+const managerSA = "system:serviceaccount:frontdesk-system:frontdesk-controller-manager"
+
+var (
+	deployOnce   sync.Once
+	deployOutput string
+	deployErr    error
+)
+
+// kubectl runs the kubectl built by hack/ against the test apiserver.
+func kubectl(args ...string) (string, error) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), append([]string{"--kubeconfig", kubeconfigPath}, args...)...)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// deployDefault applies config/default as a user would.
+func deployDefault(t *testing.T) string {
+	t.Helper()
+	deployOnce.Do(func() {
+		deployOutput, deployErr = kubectl("apply", "--server-side", "--force-conflicts", "-k", "config/default")
+	})
+	if deployErr != nil {
+		t.Fatalf("kubectl apply --server-side -k config/default: %v\n%s", deployErr, deployOutput)
+	}
+	return deployOutput
+}
+
+func TestConfigDefaultIsAccepted(t *testing.T) {
+	out := deployDefault(t)
+	g := NewWithT(t)
+	for _, want := range []string{
+		"namespace/frontdesk-system serverside-applied",
+		"customresourcedefinition.apiextensions.k8s.io/distributedlocks.locks.frontdesk.dev serverside-applied",
+		"serviceaccount/frontdesk-controller-manager serverside-applied",
+		"role.rbac.authorization.k8s.io/frontdesk-leader-election-role serverside-applied",
+		"clusterrole.rbac.authorization.k8s.io/frontdesk-manager-role serverside-applied",
+		"clusterrole.rbac.authorization.k8s.io/frontdesk-lock-user serverside-applied",
+		"clusterrole.rbac.authorization.k8s.io/frontdesk-metrics-reader serverside-applied",
+		"clusterrolebinding.rbac.authorization.k8s.io/frontdesk-manager-rolebinding serverside-applied",
+		"service/frontdesk-controller-manager-metrics serverside-applied",
+		"deployment.apps/frontdesk-controller-manager serverside-applied",
+	} {
+		g.Expect(out).To(ContainSubstring(want))
+	}
+	// The Deployment is as the issue asks: 2 replicas, leader election,
+	// non-root, read-only root filesystem, limits and probes.
+	dep, err := clientset.AppsV1().Deployments("frontdesk-system").Get(context.Background(), "frontdesk-controller-manager", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ptr.Deref(dep.Spec.Replicas, 0)).To(BeEquivalentTo(2))
+	c := dep.Spec.Template.Spec.Containers[0]
+	g.Expect(c.Args).To(ContainElement("--leader-elect"))
+	g.Expect(ptr.Deref(dep.Spec.Template.Spec.SecurityContext.RunAsNonRoot, false)).To(BeTrue())
+	g.Expect(ptr.Deref(c.SecurityContext.ReadOnlyRootFilesystem, false)).To(BeTrue())
+	g.Expect(ptr.Deref(c.SecurityContext.AllowPrivilegeEscalation, true)).To(BeFalse())
+	g.Expect(c.Resources.Limits).NotTo(BeEmpty())
+	g.Expect(c.Resources.Requests).NotTo(BeEmpty())
+	g.Expect(c.LivenessProbe).NotTo(BeNil())
+	g.Expect(c.ReadinessProbe).NotTo(BeNil())
+}
+
+// The manager's ServiceAccount can do what the controller needs, and no more.
+func TestManagerRBACIsLeastPrivilege(t *testing.T) {
+	deployDefault(t)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "distributedlocks.locks.frontdesk.dev", "-A"}, "yes"},
+		{[]string{"watch", "distributedlocks.locks.frontdesk.dev", "-A"}, "yes"},
+		{[]string{"update", "distributedlocks.locks.frontdesk.dev/status", "-n", "default"}, "yes"},
+		{[]string{"update", "distributedlocks.locks.frontdesk.dev/finalizers", "-n", "default"}, "yes"},
+		{[]string{"create", "leases.coordination.k8s.io", "-n", "default"}, "yes"},
+		{[]string{"update", "leases.coordination.k8s.io", "-n", "default"}, "yes"},
+		{[]string{"delete", "leases.coordination.k8s.io", "-n", "default"}, "yes"},
+		{[]string{"patch", "pods", "-n", "default"}, "yes"},
+		{[]string{"watch", "pods", "-A"}, "yes"},
+		{[]string{"create", "events.events.k8s.io", "-n", "default"}, "yes"},
+		{[]string{"create", "tokenreviews.authentication.k8s.io"}, "yes"},
+		{[]string{"create", "subjectaccessreviews.authorization.k8s.io"}, "yes"},
+		{[]string{"patch", "leases.coordination.k8s.io", "-n", "frontdesk-system"}, "yes"}, // its own leader election
+
+		{[]string{"create", "distributedlocks.locks.frontdesk.dev", "-n", "default"}, "no"},
+		{[]string{"delete", "distributedlocks.locks.frontdesk.dev", "-n", "default"}, "no"},
+		{[]string{"patch", "leases.coordination.k8s.io", "-n", "default"}, "no"},
+		{[]string{"create", "pods", "-n", "default"}, "no"},
+		{[]string{"delete", "pods", "-n", "default"}, "no"},
+		{[]string{"update", "pods/status", "-n", "default"}, "no"},
+		{[]string{"get", "secrets", "-n", "default"}, "no"},
+		{[]string{"list", "configmaps", "-n", "default"}, "no"},
+		{[]string{"create", "deployments.apps", "-n", "default"}, "no"},
+		{[]string{"escalate", "clusterroles.rbac.authorization.k8s.io"}, "no"},
+	}
+	for _, tc := range cases {
+		args := append([]string{"auth", "can-i"}, tc.args...)
+		out, _ := kubectl(append(args, "--as", managerSA)...) // can-i exits 1 for "no"
+		lines := strings.Split(strings.TrimSpace(out), "\n")  // warnings may come first
+		if got := lines[len(lines)-1]; got != tc.want {
+			t.Errorf("can-i %s as the manager: %q, want %q", strings.Join(tc.args, " "), got, tc.want)
+		}
+	}
+}
+
+// A workload bound to frontdesk-lock-user can acquire, renew and release,
+// and cannot forge status or delete or create Leases.
+func TestLockUserRoleIsEnoughAndNoMore(t *testing.T) {
+	deployDefault(t)
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(3).Obj())
+	ctx := context.Background()
+	g := NewWithT(t)
+	g.Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "alice-locks", Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "frontdesk-lock-user"},
+		Subjects:   []rbacv1.Subject{{Kind: "User", Name: "alice"}},
+	})).To(Succeed())
+	alice := rest.CopyConfig(cfg)
+	alice.Impersonate = rest.ImpersonationConfig{UserName: "alice"}
+
+	var c *lock.Client
+	var grant *lock.Grant
+	eventually(t, 5*time.Second, func(g Gomega) { // RBAC caches catch up with the new binding
+		var err error
+		c, err = lock.New(alice, lock.Config{Namespace: ns, Name: "billing", Identity: "alice-1", RenewInterval: 300 * time.Millisecond})
+		g.Expect(err).NotTo(HaveOccurred())
+		grant, err = c.TryAcquire(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+	})
+	first := getLease(g, ns, "billing").Spec.RenewTime
+	eventually(t, 3*time.Second, func(g Gomega) {
+		g.Expect(getLease(g, ns, "billing").Spec.RenewTime.Time.After(first.Time)).To(BeTrue(), "alice's renewals land")
+	})
+	g.Expect(grant.Lost()).NotTo(BeClosed())
+	g.Expect(grant.Release(ctx)).To(Succeed())
+	g.Expect(getLease(g, ns, "billing").Spec.HolderIdentity).To(BeNil())
+
+	ac, err := client.New(alice, client.Options{Scheme: manager.NewScheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	forged := getLock(g, ns, "billing")
+	forged.Status.FencingToken = 999
+	g.Expect(apierrors.IsForbidden(ac.Status().Update(ctx, forged))).To(BeTrue(), "alice must not write lock status")
+	acs, err := kubernetes.NewForConfig(alice)
+	g.Expect(err).NotTo(HaveOccurred())
+	err = acs.CoordinationV1().Leases(ns).Delete(ctx, "billing", metav1.DeleteOptions{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "alice must not delete Leases: %v", err)
+	_, err = acs.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "forged"}}, metav1.CreateOptions{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "alice must not create Leases: %v", err)
+}
