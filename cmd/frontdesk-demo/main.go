@@ -25,6 +25,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "worker" {
 		os.Exit(demo.WorkerMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "ledger" {
+		os.Exit(demo.LedgerMain(os.Args[2:]))
+	}
 	opts := demo.DefaultOptions()
 	fast := flag.Bool("fast", false, "Scaled-down run (2,000 customers, TTL 3s, job 5s) that finishes well under a minute.")
 	flag.IntVar(&opts.Customers, "customers", opts.Customers, "Customers to charge once each.")

@@ -33,8 +33,8 @@ type Ledger struct {
 }
 
 // StartLedger opens a fresh database in dir with customers 1..customers and
-// serves the ledger on a loopback port.
-func StartLedger(dir string, customers int, fenced bool) (*Ledger, error) {
+// serves the ledger on listen ("127.0.0.1:0" for a free loopback port).
+func StartLedger(dir string, customers int, fenced bool, listen string) (*Ledger, error) {
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "ledger.db")+"?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)")
 	if err != nil {
 		return nil, fmt.Errorf("opening ledger database: %w", err)
@@ -45,7 +45,7 @@ func StartLedger(dir string, customers int, fenced bool) (*Ledger, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("listening: %w", err)
@@ -56,6 +56,7 @@ func StartLedger(dir string, customers int, fenced bool) (*Ledger, error) {
 	mux.HandleFunc("POST /begin", l.begin)
 	mux.HandleFunc("POST /complete", l.complete)
 	mux.HandleFunc("GET /complete", l.isComplete)
+	mux.HandleFunc("GET /stats", l.stats)
 	l.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	l.URL = "http://" + ln.Addr().String()
 	go func() { _ = l.srv.Serve(ln) }()
@@ -202,6 +203,22 @@ func (l *Ledger) isComplete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = json.NewEncoder(w).Encode(n > 0)
+}
+
+// stats serves Stats as JSON (for orchestrators outside the process).
+func (l *Ledger) stats(w http.ResponseWriter, r *http.Request) {
+	st, err := l.Stats(r.Context())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	_ = json.NewEncoder(w).Encode(st)
+}
+
+// Serve blocks until ctx ends, then closes the ledger.
+func (l *Ledger) Serve(ctx context.Context) error {
+	<-ctx.Done()
+	return l.Close()
 }
 
 func (l *Ledger) sinceStart() int64 { return time.Since(l.started).Milliseconds() }

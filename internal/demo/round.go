@@ -73,7 +73,7 @@ func (r *round) run(ctx context.Context) (RoundResult, error) {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	ledger, err := StartLedger(dir, r.opts.Customers, r.fenced)
+	ledger, err := StartLedger(dir, r.opts.Customers, r.fenced, "127.0.0.1:0")
 	if err != nil {
 		return res, err
 	}

@@ -9,31 +9,32 @@ import (
 // scenario's parameters.
 type Stats struct {
 	// Customers in the ledger.
-	Customers int
+	Customers int `json:"customers"`
 	// Charges recorded.
-	Charges int
+	Charges int `json:"charges"`
 	// Duplicates are charges beyond the first for a customer.
-	Duplicates int
+	Duplicates int `json:"duplicates"`
 	// ChargedOnce counts customers with exactly one charge.
-	ChargedOnce int
+	ChargedOnce int `json:"chargedOnce"`
 	// NeverCharged counts customers with no charge.
-	NeverCharged int
+	NeverCharged int `json:"neverCharged"`
 	// Rejected counts writes refused for a stale fencing token.
-	Rejected int
+	Rejected int `json:"rejected"`
 	// Complete: a worker marked the job done.
-	Complete bool
+	Complete bool `json:"complete"`
 	// Tokens lists, per fencing token that wrote or tried to, who and what.
-	Tokens []TokenStats
+	Tokens []TokenStats `json:"tokens"`
 }
 
 // TokenStats is what the holder of one fencing token did at the ledger.
 type TokenStats struct {
-	Token    int64
-	Worker   string
-	Accepted int
-	Rejected int
+	Token    int64  `json:"token"`
+	Worker   string `json:"worker"`
+	Accepted int    `json:"accepted"`
+	Rejected int    `json:"rejected"`
 	// FirstMS and LastMS bound its writes, in ms since the ledger started.
-	FirstMS, LastMS int64
+	FirstMS int64 `json:"firstMs"`
+	LastMS  int64 `json:"lastMs"`
 }
 
 // Stats counts what the ledger holds.
