@@ -123,19 +123,20 @@ func (l *Ledger) unbilled(w http.ResponseWriter, r *http.Request) {
 // are one transaction; a stale token is recorded as rejected and answered
 // with 409 Conflict.
 func (l *Ledger) charge(w http.ResponseWriter, r *http.Request) {
-	customer, err1 := strconv.Atoi(r.URL.Query().Get("customer"))
-	token, err2 := strconv.ParseInt(r.Header.Get(fencing.TokenHeader), 10, 64)
-	worker := r.URL.Query().Get("worker")
-	if err1 != nil || err2 != nil || worker == "" {
-		http.Error(w, "need ?customer=N&worker=NAME and the "+fencing.TokenHeader+" header", http.StatusBadRequest)
+	customer, err := strconv.Atoi(r.URL.Query().Get("customer"))
+	if err != nil {
+		http.Error(w, "need ?customer=N", http.StatusBadRequest)
 		return
 	}
-	insert := func(exec execer) error {
+	worker, token, ok := writerOf(w, r)
+	if !ok {
+		return
+	}
+	l.fencedWrite(w, r, customer, worker, token, func(exec execer) error {
 		_, err := exec.ExecContext(r.Context(), `INSERT INTO charges (customer, worker, token, at_ms) VALUES ($1, $2, $3, $4)`,
 			customer, worker, token, l.sinceStart())
 		return err
-	}
-	l.fencedWrite(w, r, customer, worker, token, insert)
+	})
 }
 
 // begin records that a holder starts a run of the job. With fencing it is
@@ -143,10 +144,8 @@ func (l *Ledger) charge(w http.ResponseWriter, r *http.Request) {
 // older token, so the batch the holder reads next already holds every write
 // an older holder will ever get in.
 func (l *Ledger) begin(w http.ResponseWriter, r *http.Request) {
-	token, err := strconv.ParseInt(r.Header.Get(fencing.TokenHeader), 10, 64)
-	worker := r.URL.Query().Get("worker")
-	if err != nil || worker == "" {
-		http.Error(w, "need ?worker=NAME and the "+fencing.TokenHeader+" header", http.StatusBadRequest)
+	worker, token, ok := writerOf(w, r)
+	if !ok {
 		return
 	}
 	l.fencedWrite(w, r, 0, worker, token, func(exec execer) error {
@@ -155,12 +154,22 @@ func (l *Ledger) begin(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// complete marks the job done.
-func (l *Ledger) complete(w http.ResponseWriter, r *http.Request) {
+// writerOf reads the writer's name (?worker=) and fencing token (header),
+// answering 400 when either is missing.
+func writerOf(w http.ResponseWriter, r *http.Request) (string, int64, bool) {
 	token, err := strconv.ParseInt(r.Header.Get(fencing.TokenHeader), 10, 64)
 	worker := r.URL.Query().Get("worker")
 	if err != nil || worker == "" {
 		http.Error(w, "need ?worker=NAME and the "+fencing.TokenHeader+" header", http.StatusBadRequest)
+		return "", 0, false
+	}
+	return worker, token, true
+}
+
+// complete marks the job done.
+func (l *Ledger) complete(w http.ResponseWriter, r *http.Request) {
+	worker, token, ok := writerOf(w, r)
+	if !ok {
 		return
 	}
 	l.fencedWrite(w, r, 0, worker, token, func(exec execer) error {

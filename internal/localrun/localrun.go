@@ -4,18 +4,16 @@
 package localrun
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/frontdesk-dev/frontdesk/internal/manifests"
 )
 
 // Options configure Run.
@@ -85,33 +83,14 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 // applySamples creates every object in the YAML files and returns the names
 // of the DistributedLocks among them.
 func applySamples(ctx context.Context, c client.Client, paths []string, namespace string) ([]string, error) {
+	objs, err := manifests.CreateFromFiles(ctx, c, namespace, paths...)
+	if err != nil {
+		return nil, fmt.Errorf("applying samples: %w", err)
+	}
 	var locks []string
-	for _, path := range paths {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("reading sample: %w", err)
-		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			obj := &unstructured.Unstructured{}
-			if err := dec.Decode(&obj.Object); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				return nil, fmt.Errorf("decoding %s: %w", path, err)
-			}
-			if len(obj.Object) == 0 {
-				continue
-			}
-			if obj.GetNamespace() == "" {
-				obj.SetNamespace(namespace)
-			}
-			if err := c.Create(ctx, obj); err != nil {
-				return nil, fmt.Errorf("applying %s %s from %s: %w", obj.GetKind(), obj.GetName(), path, err)
-			}
-			if obj.GetKind() == "DistributedLock" {
-				locks = append(locks, obj.GetName())
-			}
+	for _, obj := range objs {
+		if obj.GetKind() == "DistributedLock" {
+			locks = append(locks, obj.GetName())
 		}
 	}
 	return locks, nil

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
+	"github.com/frontdesk-dev/frontdesk/internal/manifests"
 	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
@@ -32,7 +33,7 @@ func installFencingPolicy(t *testing.T) {
 		var root string
 		if root, err = controlplane.RepoRoot(); err == nil {
 			dir := filepath.Join(root, "config", "fencing-policy")
-			err = testutil.CreateFromFiles(context.Background(), k8sClient,
+			_, err = manifests.CreateFromFiles(context.Background(), k8sClient, "",
 				filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "binding.yaml"))
 		}
 	})

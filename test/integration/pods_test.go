@@ -17,6 +17,7 @@ import (
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/controllers"
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
+	"github.com/frontdesk-dev/frontdesk/internal/manifests"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
@@ -160,9 +161,10 @@ func TestCandidateSamplesElectTheDownwardAPIPod(t *testing.T) {
 	}
 	samples := filepath.Join(root, "config", "samples")
 	g := NewWithT(t)
-	g.Expect(testutil.CreateFromFilesIn(context.Background(), k8sClient, ns,
+	_, err = manifests.CreateFromFiles(context.Background(), k8sClient, ns,
 		filepath.Join(samples, "locks_v1alpha1_candidates.yaml"),
-		filepath.Join(samples, "leader_pod_downward_api.yaml"))).To(Succeed())
+		filepath.Join(samples, "leader_pod_downward_api.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
 	setReady(t, getPod(g, ns, "web-0"), true)
 
 	eventually(t, 5*time.Second, func(g Gomega) {

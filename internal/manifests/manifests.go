@@ -1,0 +1,66 @@
+// Package manifests creates the objects of YAML manifest files, for the
+// quick start and the tests that apply shipped samples and policies.
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// CreateFromFiles creates every object in the YAML files, in order, and
+// returns them. Namespaced objects that name no namespace go into namespace
+// when it is not empty.
+func CreateFromFiles(ctx context.Context, c client.Client, namespace string, paths ...string) ([]*unstructured.Unstructured, error) {
+	var created []*unstructured.Unstructured
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return created, fmt.Errorf("reading manifest: %w", err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			obj := &unstructured.Unstructured{}
+			if err := dec.Decode(&obj.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return created, fmt.Errorf("decoding %s: %w", path, err)
+			}
+			if len(obj.Object) == 0 {
+				continue
+			}
+			if err := setNamespace(c, obj, namespace); err != nil {
+				return created, err
+			}
+			if err := c.Create(ctx, obj); err != nil {
+				return created, fmt.Errorf("creating %s %s from %s: %w", obj.GetKind(), obj.GetName(), path, err)
+			}
+			created = append(created, obj)
+		}
+	}
+	return created, nil
+}
+
+// setNamespace puts a namespaced object that names no namespace into
+// namespace.
+func setNamespace(c client.Client, obj *unstructured.Unstructured, namespace string) error {
+	if namespace == "" || obj.GetNamespace() != "" {
+		return nil
+	}
+	namespaced, err := c.IsObjectNamespaced(obj)
+	if err != nil {
+		return fmt.Errorf("finding the scope of %s %s: %w", obj.GetKind(), obj.GetName(), err)
+	}
+	if namespaced {
+		obj.SetNamespace(namespace)
+	}
+	return nil
+}
