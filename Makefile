@@ -46,6 +46,10 @@ vet: ## Run go vet.
 test: manifests generate fmt vet k8s-binaries ## Run unit and integration tests against a real kube-apiserver and etcd.
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./... -count=1 -timeout 20m $(GO_TEST_FLAGS)
 
+.PHONY: chaos
+chaos: manifests generate k8s-binaries ## Fault suite, long version (the short one runs in make test).
+	FRONTDESK_CHAOS=long KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./test/chaos/ -count=1 -timeout 30m -v
+
 .PHONY: test-e2e
 test-e2e: manifests generate k8s-binaries ## Deploy to a kind cluster and run the billing scenario as pods (needs docker; skips without it).
 	go test -tags e2e ./test/e2e/ -count=1 -timeout 30m -v

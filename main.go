@@ -28,6 +28,12 @@ func main() {
 		"Name of the Lease used for leader election.")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", opts.LeaderElectionNamespace,
 		"Namespace of the leader election Lease (default: the manager's own namespace).")
+	flag.DurationVar(&opts.LeaseDuration, "leader-election-lease-duration", opts.LeaseDuration,
+		"How long a standby waits after the leader's last renewal before taking over.")
+	flag.DurationVar(&opts.RenewDeadline, "leader-election-renew-deadline", opts.RenewDeadline,
+		"How long the leader keeps trying to renew before it gives leadership up.")
+	flag.DurationVar(&opts.RetryPeriod, "leader-election-retry-period", opts.RetryPeriod,
+		"How often leader election clients retry.")
 	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", opts.MaxConcurrentReconciles,
 		"How many DistributedLocks are reconciled in parallel.")
 	flag.DurationVar(&opts.GracefulShutdownTimeout, "graceful-shutdown-timeout", opts.GracefulShutdownTimeout,

@@ -59,6 +59,7 @@ type DistributedLockReconciler struct {
 
 	observations *lease.Observer
 	metrics      *lockMetrics
+	highWater    *tokenHighWater
 }
 
 // +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks,verbs=get;list;watch;update;patch
@@ -74,6 +75,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if apierrors.IsNotFound(err) {
 			r.observations.Forget(req.NamespacedName.String())
 			r.metrics.forget(req.NamespacedName)
+			r.highWater.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("reading distributedlock %s: %w", req.NamespacedName, err)
@@ -124,7 +126,8 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 		leaseEvents, renewIn = append(leaseEvents, cand.events...), cand.renewIn
 	}
 
-	res := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: now})
+	res := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: now,
+		highWater: r.highWater.get(client.ObjectKeyFromObject(lock))})
 	if res.status.HolderPod, err = r.holderPodName(ctx, lock, &res.status); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -172,6 +175,7 @@ func (r *DistributedLockReconciler) finalizeLock(ctx context.Context, lock *lock
 	}
 	r.observations.Forget(client.ObjectKeyFromObject(lock).String())
 	r.metrics.forget(client.ObjectKeyFromObject(lock))
+	r.highWater.forget(client.ObjectKeyFromObject(lock))
 	return nil
 }
 
@@ -220,12 +224,23 @@ func (r *DistributedLockReconciler) locksForLease(ctx context.Context, obj clien
 	}
 	reqs := make([]reconcile.Request, 0, len(locks.Items))
 	now := r.Clock.Now()
+	leaseObj, isLease := obj.(*coordinationv1.Lease)
 	for i := range locks.Items {
 		key := types.NamespacedName{Namespace: locks.Items[i].Namespace, Name: locks.Items[i].Name}
 		r.metrics.leaseChanged(key, now)
+		if isLease && ownedBy(leaseObj, &locks.Items[i]) {
+			r.highWater.observe(key, leaseObj)
+		}
 		reqs = append(reqs, reconcile.Request{NamespacedName: key})
 	}
 	return reqs
+}
+
+// ownedBy reports whether the Lease is controlled by the lock (tokens of a
+// Lease the lock does not control are not the lock's).
+func ownedBy(l *coordinationv1.Lease, lock *locksv1alpha1.DistributedLock) bool {
+	owner := metav1.GetControllerOf(l)
+	return owner != nil && owner.UID == lock.UID
 }
 
 // locksForPod maps a Pod event to the locks it may matter to: locks whose
@@ -263,6 +278,7 @@ func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ct
 	}
 	r.observations = lease.NewObserver()
 	r.metrics = newLockMetrics()
+	r.highWater = newTokenHighWater()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &locksv1alpha1.DistributedLock{}, leaseNameIndex,
 		func(o client.Object) []string {
 			return []string{o.(*locksv1alpha1.DistributedLock).EffectiveLeaseName()}

@@ -67,7 +67,7 @@ func (r *DistributedLockReconciler) createLease(ctx context.Context, lock *locks
 		return leaseState{}, nil, apierrors.NewConflict(locksv1alpha1.GroupVersion.WithResource("distributedlocks").GroupResource(),
 			lock.Name, fmt.Errorf("the lock was replaced"))
 	}
-	floor := max(lock.Status.FencingToken, fresh.Status.FencingToken)
+	floor := max(lock.Status.FencingToken, fresh.Status.FencingToken, r.highWater.get(client.ObjectKeyFromObject(lock)))
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:       lock.EffectiveLeaseName(),
@@ -119,7 +119,8 @@ func (r *DistributedLockReconciler) syncLease(ctx context.Context, lock *locksv1
 	}
 
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
-	if floor := lock.Status.FencingToken; int64(ptr.Deref(lease.Spec.LeaseTransitions, 0)) < floor {
+	floor := max(lock.Status.FencingToken, r.highWater.get(client.ObjectKeyFromObject(lock)))
+	if int64(ptr.Deref(lease.Spec.LeaseTransitions, 0)) < floor {
 		events = append(events, lockEvent{corev1.EventTypeWarning, EventTokenFloorRestored,
 			fmt.Sprintf("Lease %s had fencing token %d, below the recorded %d; raised it to %d and voided the grant to %q",
 				lease.Name, ptr.Deref(lease.Spec.LeaseTransitions, 0), floor, floor, holder)})

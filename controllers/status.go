@@ -38,6 +38,8 @@ type statusInput struct {
 	// record; only meaningful when lease.lease is set.
 	observation lease.Observation
 	now         time.Time
+	// highWater is the highest token seen in any event of the lock's Lease.
+	highWater int64
 }
 
 // statusResult is the derived status, the events the change implies, and
@@ -68,7 +70,7 @@ func deriveStatus(in statusInput) statusResult {
 	}
 
 	rec := in.observation.Record
-	st.FencingToken = max(old.FencingToken, int64(rec.Transitions))
+	st.FencingToken = max(old.FencingToken, int64(rec.Transitions), in.highWater)
 	st.Holder = rec.Holder
 	st.AcquireTime = current.Spec.AcquireTime.DeepCopy()
 	st.RenewTime = current.Spec.RenewTime.DeepCopy()

@@ -65,6 +65,7 @@ func TestDeriveStatus(t *testing.T) {
 		wantReady    metav1.ConditionStatus
 		wantEvents   []string
 		wantExpireIn time.Duration
+		highWater    int64
 	}{
 		{
 			name:       "free lease: not held, token mirrored",
@@ -179,6 +180,16 @@ func TestDeriveStatus(t *testing.T) {
 			wantReady:  metav1.ConditionTrue,
 		},
 		{
+			name:       "token never below the highest seen in any Lease event (a hand edit wound it back)",
+			old:        heldStatus("", 4, t0, t0, locksv1alpha1.ReasonNotHeld),
+			lease:      ready(makeLease("", 3, 15, t0, t0)),
+			highWater:  6,
+			wantToken:  6,
+			wantHeld:   metav1.ConditionFalse,
+			wantReason: locksv1alpha1.ReasonNotHeld,
+			wantReady:  metav1.ConditionTrue,
+		},
+		{
 			name:       "lease missing: holder cleared, token kept, not ready",
 			old:        heldStatus("a", 7, t0, t0, locksv1alpha1.ReasonHeld),
 			lease:      leaseState{reason: locksv1alpha1.ReasonLeaseMissing, message: "creating"},
@@ -236,7 +247,7 @@ func TestDeriveStatus(t *testing.T) {
 				clk.Step(tc.observedAgo)
 				obs = tracker.Observe(key, lease.RecordOf(tc.lease.lease), clk.Now())
 			}
-			res := deriveStatus(statusInput{lock: lock, lease: tc.lease, observation: obs, now: clk.Now()})
+			res := deriveStatus(statusInput{lock: lock, lease: tc.lease, observation: obs, now: clk.Now(), highWater: tc.highWater})
 
 			st := res.status
 			if st.Holder != tc.wantHolder || st.FencingToken != tc.wantToken {

@@ -45,6 +45,10 @@ type Options struct {
 	// LeaderElectionNamespace is where that Lease lives (defaults to the
 	// namespace the manager runs in).
 	LeaderElectionNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election:
+	// a standby takes over at most LeaseDuration after the leader stopped
+	// renewing.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
 	// Clock is the controller's clock; nil means the real one.
@@ -62,6 +66,9 @@ func DefaultOptions() Options {
 		LeaderElectionID:        "frontdesk-controller-leader",
 		MaxConcurrentReconciles: 4,
 		GracefulShutdownTimeout: 30 * time.Second,
+		LeaseDuration:           15 * time.Second,
+		RenewDeadline:           10 * time.Second,
+		RetryPeriod:             2 * time.Second,
 	}
 }
 
@@ -87,7 +94,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if opts.SecureMetrics {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	shutdown := opts.GracefulShutdownTimeout
+	shutdown, leaseDuration, renewDeadline, retryPeriod := opts.GracefulShutdownTimeout, opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsOpts,
@@ -97,6 +104,9 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
 		LeaderElectionResourceLock:    "leases",
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &leaseDuration,
+		RenewDeadline:                 &renewDeadline,
+		RetryPeriod:                   &retryPeriod,
 		GracefulShutdownTimeout:       &shutdown,
 	})
 	if err != nil {

@@ -15,10 +15,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
@@ -114,7 +111,11 @@ func TestAcquireTimeoutIsATryLock(t *testing.T) {
 func TestClientsContendExactlyOneHolder(t *testing.T) {
 	ns := newNamespace(t)
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(5).Obj())
-	history := watchLeaseHistory(t, ns, "billing")
+	history, err := testutil.WatchLeaseHistory(context.Background(), clientset, ns, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer history.Stop()
 
 	var holders atomic.Int32
 	var mu sync.Mutex
@@ -154,10 +155,10 @@ func TestClientsContendExactlyOneHolder(t *testing.T) {
 		g.Expect(tokens[i]).To(BeNumerically(">", tokens[i-1]), "grant %d", i)
 	}
 	eventually(t, 5*time.Second, func(g Gomega) {
-		grants := history.grants()
+		grants := history.Grants()
 		g.Expect(grants).To(HaveLen(clients * rounds))
 		for i := 1; i < len(grants); i++ {
-			g.Expect(grants[i].token).To(Equal(grants[i-1].token+1), "the Lease history skipped or repeated a token")
+			g.Expect(grants[i].Token).To(Equal(grants[i-1].Token+1), "the Lease history skipped or repeated a token")
 		}
 	})
 }
@@ -323,55 +324,4 @@ func TestFrozenProcessIsFencedAfterResume(t *testing.T) {
 		g.Expect(accepted[i]).To(BeNumerically(">=", accepted[i-1]), "the resource accepted token %d after %d", accepted[i], accepted[i-1])
 	}
 	t.Logf("frozen worker: %s", strings.Join(frozen.linesWith("acquired"), ","))
-}
-
-// leaseHistory records every version of a Lease seen by a watch.
-type leaseHistory struct {
-	mu       sync.Mutex
-	versions []coordinationv1.Lease
-}
-
-type grantRecord struct {
-	holder string
-	token  int32
-}
-
-// grants lists the versions where leaseTransitions went up.
-func (h *leaseHistory) grants() []grantRecord {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []grantRecord
-	var last int32
-	for _, v := range h.versions {
-		tok := ptr.Deref(v.Spec.LeaseTransitions, 0)
-		if tok > last {
-			out = append(out, grantRecord{holder: ptr.Deref(v.Spec.HolderIdentity, ""), token: tok})
-		}
-		last = tok
-	}
-	return out
-}
-
-func watchLeaseHistory(t *testing.T, namespace, name string) *leaseHistory {
-	t.Helper()
-	lease := getLease(NewWithT(t), namespace, name)
-	w, err := clientset.CoordinationV1().Leases(namespace).Watch(context.Background(), metav1.ListOptions{
-		FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
-		ResourceVersion: lease.ResourceVersion,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Stop)
-	h := &leaseHistory{versions: []coordinationv1.Lease{*lease}}
-	go func() {
-		for ev := range w.ResultChan() {
-			if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type == watch.Modified {
-				h.mu.Lock()
-				h.versions = append(h.versions, *l)
-				h.mu.Unlock()
-			}
-		}
-	}()
-	return h
 }

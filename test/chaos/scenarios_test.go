@@ -1,0 +1,370 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	testutil "github.com/frontdesk-dev/frontdesk/test/util"
+)
+
+// size picks the short (CI) or long (make chaos) count.
+func size(short, longCount int) int {
+	if long {
+		return longCount
+	}
+	return short
+}
+
+func TestHolderFrozenPastItsLease(t *testing.T) {
+	runScenario(t, scenario{workers: 3, increments: size(6, 30), perGrant: 2, ttl: 2,
+		inject: func(t *testing.T, r *runState) {
+			for range size(1, 4) {
+				var frozen int
+				var token int64
+				waitFor(t, time.Minute, "a holder", func() bool { frozen, token = r.holderWorker(); return frozen >= 0 })
+				r.workers[frozen].signal(syscall.SIGSTOP)
+				waitFor(t, time.Minute, "a takeover", func() bool { _, tok := r.holderWorker(); return tok > token })
+				r.workers[frozen].signal(syscall.SIGCONT)
+				t.Logf("froze %s holding token %d until the lock passed on", r.workers[frozen].name, token)
+			}
+		}})
+}
+
+func TestManagerKilledStandbyTakesOver(t *testing.T) {
+	runScenario(t, scenario{workers: 3, increments: size(6, 30), perGrant: 2, ttl: 2,
+		inject: func(t *testing.T, r *runState) {
+			for i := range size(2, 6) {
+				time.Sleep(time.Second) // let the workers make progress between kills
+				m := i % len(managers)
+				managers[m].kill()
+				var err error
+				if managers[m], err = startManager(m); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("SIGKILLed and restarted manager-%d", m)
+			}
+		}})
+}
+
+func TestLeaseDeletedAndEditedByHand(t *testing.T) {
+	runScenario(t, scenario{workers: 3, increments: size(6, 30), perGrant: 2, ttl: 2,
+		inject: func(t *testing.T, r *runState) {
+			ctx := context.Background()
+			leases := clientset.CoordinationV1().Leases(r.ns)
+			waitFor(t, time.Minute, "a few grants", func() bool { _, tok := r.holderWorker(); return tok >= 2 })
+			old, err := leases.Get(ctx, r.lock, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := leases.Delete(ctx, r.lock, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, time.Minute, "the Lease recreated", func() bool {
+				l, err := leases.Get(ctx, r.lock, metav1.GetOptions{})
+				return err == nil && l.UID != old.UID
+			})
+			t.Logf("deleted the Lease at token %d; recreated", ptr.Deref(old.Spec.LeaseTransitions, 0))
+
+			waitFor(t, time.Minute, "a grant on the new Lease", func() bool { i, _ := r.holderWorker(); return i >= 0 })
+			waitFor(t, time.Minute, "a hand edit", func() bool {
+				l, err := leases.Get(ctx, r.lock, metav1.GetOptions{})
+				if err != nil || ptr.Deref(l.Spec.LeaseTransitions, 0) < 2 {
+					return false
+				}
+				l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) - 2)
+				l.Spec.HolderIdentity = ptr.To("someone-by-hand")
+				_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+				return err == nil
+			})
+			t.Log("wound the Lease's token back by 2 by hand")
+		}})
+}
+
+// A holder cut off from the apiserver (its TCP connections black-holed)
+// cannot renew; it must give the lock up (Lost, Context cancelled) before
+// the lock is granted to anyone else.
+func TestClientCutOffFromTheAPIServer(t *testing.T) {
+	runScenario(t, scenario{workers: 3, increments: size(4, 20), perGrant: 2, hold: 1500 * time.Millisecond, ttl: 3, proxied: true,
+		inject: func(t *testing.T, r *runState) {
+			for range size(1, 3) {
+				var cut int
+				var token int64
+				waitFor(t, time.Minute, "a holder", func() bool { cut, token = r.holderWorker(); return cut >= 0 })
+				r.proxies[cut].cut.Store(true)
+				waitFor(t, time.Minute, "a takeover", func() bool { _, tok := r.holderWorker(); return tok > token })
+				r.proxies[cut].restore()
+				waitFor(t, 30*time.Second, "the next holder to report its grant", func() bool {
+					_, grantedAt := lossAndNextGrant(r, cut, token)
+					return grantedAt != 0
+				})
+				lostAt, grantedAt := lossAndNextGrant(r, cut, token)
+				switch {
+				case lostAt == 0:
+					t.Errorf("%s was cut off holding token %d and never reported the loss", r.workers[cut].name, token)
+				case grantedAt == 0:
+					t.Errorf("no worker reports the grant after token %d", token)
+				case lostAt >= grantedAt:
+					t.Errorf("%s gave token %d up %s after the next grant", r.workers[cut].name, token, time.Duration(lostAt-grantedAt))
+				default:
+					t.Logf("%s cut off holding token %d; gave it up %s before the next grant",
+						r.workers[cut].name, token, time.Duration(grantedAt-lostAt).Round(time.Millisecond))
+				}
+			}
+		}})
+}
+
+// lossAndNextGrant finds when worker `cut` reported losing its grant after
+// it acquired token, and when the next grant (a higher token) was returned
+// to any worker; wall-clock ns (one machine's clock), 0 if not seen.
+func lossAndNextGrant(r *runState, cut int, token int64) (int64, int64) {
+	var lostAt, acquiredAt, grantedAt int64
+	for _, ev := range parseEvents(cut, r.workers[cut].output()) {
+		if ev.kind == "acquire" && ev.token == token {
+			acquiredAt = ev.ret
+		}
+		if ev.kind == "lost" && acquiredAt != 0 && lostAt == 0 {
+			lostAt = ev.call
+		}
+	}
+	for i, w := range r.workers {
+		for _, ev := range parseEvents(i, w.output()) {
+			if ev.kind == "acquire" && ev.token > token && (grantedAt == 0 || ev.ret < grantedAt) {
+				grantedAt = ev.ret
+			}
+		}
+	}
+	return lostAt, grantedAt
+}
+
+// kube-apiserver SIGKILLed and restarted with the same flags (etcd keeps
+// its data) while clients hold and renew: clients and controller recover
+// without a restart of their own.
+func TestAPIServerKilledAndRestarted(t *testing.T) {
+	runScenario(t, scenario{workers: 3, increments: size(6, 30), perGrant: 2, hold: 300 * time.Millisecond, ttl: 5,
+		inject: func(t *testing.T, r *runState) {
+			for range size(1, 3) {
+				waitFor(t, time.Minute, "a holder", func() bool { i, _ := r.holderWorker(); return i >= 0 })
+				restartAPIServer(t)
+			}
+		}})
+}
+
+// runScenario runs the workers, injects the faults, and checks the safety
+// properties.
+func runScenario(t *testing.T, sc scenario) {
+	ns := newNamespace(t)
+	lockName := "counter"
+	ctx := context.Background()
+	lk := testutil.MakeLock(lockName, ns).LeaseDuration(sc.ttl).Obj()
+	if err := k8sClient.Create(ctx, lk); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the lock's Lease", func() bool {
+		_, err := clientset.CoordinationV1().Leases(ns).Get(ctx, lockName, metav1.GetOptions{})
+		return err == nil
+	})
+	history, err := testutil.WatchLeaseHistory(ctx, clientset, ns, lockName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer history.Stop()
+	r := &runState{ns: ns, lock: lockName, ledger: newLedger(), history: history}
+	defer r.ledger.srv.Close()
+	sampler := sampleStatusTokens(t, ns, lockName)
+
+	for i := range sc.workers {
+		kubeconfig := kubeconfigPath
+		if sc.proxied {
+			p, path := proxiedKubeconfig(t, i)
+			r.proxies = append(r.proxies, p)
+			kubeconfig = path
+			defer p.close()
+		}
+		w, err := startProcess(fmt.Sprintf("worker-%d", i), []string{os.Args[0],
+			"--kubeconfig", kubeconfig, "--namespace", ns, "--lock", lockName, "--url", r.ledger.srv.URL,
+			"--increments", fmt.Sprint(sc.increments), "--per-grant", fmt.Sprint(sc.perGrant), "--hold", sc.hold.String()},
+			[]string{workerEnv + "=1", "POD_NAME=" + fmt.Sprintf("worker-%d", i)}, os.Stderr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.workers = append(r.workers, w)
+		defer w.kill()
+	}
+
+	sc.inject(t, r)
+	for _, w := range r.workers {
+		select {
+		case <-w.done:
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("%s did not finish: %s", w.name, strings.Join(w.output(), "\n"))
+		}
+	}
+	checkLedger(t, r, sc)
+	checkGrants(t, r)
+	checkStatusConverges(t, ns, lockName)
+	sampler.check(t)
+}
+
+// checkLedger: accepted writes never went back in token; every increment
+// built on the one before it (none lost, none applied twice); the count is
+// what the workers report.
+func checkLedger(t *testing.T, r *runState, sc scenario) {
+	value, writes, rejected := r.ledger.snapshot()
+	want := sc.workers * sc.increments
+	total := 0
+	for _, w := range r.workers {
+		for _, ev := range parseEvents(0, w.output()) {
+			if ev.kind == "done" {
+				total += ev.acceptedDone
+			}
+		}
+	}
+	if total != want || value != want {
+		t.Errorf("ledger value %d, workers report %d accepted increments; want %d", value, total, want)
+	}
+	var last int64
+	next := 0
+	for i, w := range writes {
+		if w.token < last {
+			t.Errorf("write %d accepted with token %d after token %d", i, w.token, last)
+		}
+		last = max(last, w.token)
+		if w.from < 0 {
+			continue
+		}
+		if w.from != next {
+			t.Errorf("write %d incremented from %d, but the value was %d: an increment was lost or applied twice", i, w.from, next)
+		}
+		next = w.from + 1
+	}
+	t.Logf("ledger: %d accepted writes, %d stale writes rejected, final value %d", len(writes), rejected, value)
+}
+
+// checkGrants: every grant the workers saw has its own token, grants on
+// the Lease go strictly up, and the acquire history is linearizable as a
+// sequencer of strictly increasing tokens (porcupine).
+func checkGrants(t *testing.T, r *runState) {
+	var ops []porcupine.Operation
+	seen := map[int64]string{}
+	for i, w := range r.workers {
+		for _, ev := range parseEvents(i, w.output()) {
+			if ev.kind != "acquire" {
+				continue
+			}
+			if other, dup := seen[ev.token]; dup {
+				t.Errorf("token %d granted to both %s and %s", ev.token, other, w.name)
+			}
+			seen[ev.token] = w.name
+			ops = append(ops, porcupine.Operation{ClientId: i, Input: "acquire", Call: ev.call, Output: ev.token, Return: ev.ret})
+		}
+	}
+	grants := r.history.Grants()
+	for i := 1; i < len(grants); i++ {
+		if grants[i].Token <= grants[i-1].Token {
+			t.Errorf("grant %d on the Lease has token %d after %d", i, grants[i].Token, grants[i-1].Token)
+		}
+	}
+	if res := porcupine.CheckOperationsTimeout(sequencerModel, ops, 30*time.Second); res != porcupine.Ok {
+		t.Errorf("the grant history is not linearizable as a sequencer of increasing tokens (%v)", res)
+	}
+	t.Logf("%d grants, all distinct, linearizable", len(ops))
+}
+
+// sequencerModel: each acquire returns a token greater than every token
+// returned by an acquire that finished before it started.
+var sequencerModel = porcupine.Model{
+	Init: func() interface{} { return int64(0) },
+	Step: func(state, input, output interface{}) (bool, interface{}) {
+		tok := output.(int64)
+		return tok > state.(int64), tok
+	},
+	DescribeOperation: func(input, output interface{}) string { return fmt.Sprintf("acquire -> %d", output) },
+}
+
+// checkStatusConverges: the lock's status catches up with its Lease.
+func checkStatusConverges(t *testing.T, ns, name string) {
+	ctx := context.Background()
+	waitFor(t, 30*time.Second, "status to converge to the Lease", func() bool {
+		lk := &locksv1alpha1.DistributedLock{}
+		lease, err := clientset.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, lk) != nil {
+			return false
+		}
+		return lk.Status.FencingToken == int64(ptr.Deref(lease.Spec.LeaseTransitions, 0)) &&
+			lk.Status.Holder == ptr.Deref(lease.Spec.HolderIdentity, "")
+	})
+}
+
+// statusSampler watches a lock's status token; it must never go down.
+type statusSampler struct {
+	stop chan struct{}
+	done chan []int64
+}
+
+func sampleStatusTokens(t *testing.T, ns, name string) *statusSampler {
+	s := &statusSampler{stop: make(chan struct{}), done: make(chan []int64, 1)}
+	go func() {
+		var tokens []int64
+		for {
+			select {
+			case <-s.stop:
+				s.done <- tokens
+				return
+			case <-time.After(50 * time.Millisecond): // sampling interval
+			}
+			lk := &locksv1alpha1.DistributedLock{}
+			if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, lk); err == nil {
+				tokens = append(tokens, lk.Status.FencingToken)
+			}
+		}
+	}()
+	return s
+}
+
+func (s *statusSampler) check(t *testing.T) {
+	close(s.stop)
+	tokens := <-s.done
+	if len(tokens) < 10 {
+		t.Errorf("only %d status samples", len(tokens))
+	}
+	if !sort.SliceIsSorted(tokens, func(i, j int) bool { return tokens[i] < tokens[j] }) {
+		t.Errorf("status.fencingToken went down: %v", tokens)
+	}
+}
+
+// proxiedKubeconfig writes a kubeconfig whose server is a new proxy in
+// front of the apiserver.
+func proxiedKubeconfig(t *testing.T, i int) (*proxy, string) {
+	t.Helper()
+	kc, err := clientcmd.LoadFromFile(kubeconfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p *proxy
+	for _, c := range kc.Clusters {
+		host := strings.TrimPrefix(c.Server, "https://")
+		if p, err = newProxy(host); err != nil {
+			t.Fatal(err)
+		}
+		c.Server = "https://" + p.addr()
+	}
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("kubeconfig-%d", i))
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return p, path
+}
