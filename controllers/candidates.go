@@ -3,6 +3,7 @@ package controllers
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -11,11 +12,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
+
+// errInvalidSelector marks a candidates selector the apiserver accepted but
+// that cannot select pods.
+var errInvalidSelector = errors.New("invalid candidates selector")
 
 // candidateResult is what candidates mode did to the Lease this pass.
 type candidateResult struct {
@@ -40,6 +46,12 @@ func (r *DistributedLockReconciler) reconcileCandidates(ctx context.Context, loc
 		return res, nil
 	}
 	eligible, err := r.eligibleCandidates(ctx, lock)
+	if errors.Is(err, errInvalidSelector) {
+		// The CRD rejects most bad selectors; one that still slips through
+		// (say, an invalid label key) selects nobody.
+		ctrl.LoggerFrom(ctx).Error(err, "candidates mode: no pod can be selected")
+		eligible, err = nil, nil
+	}
 	if err != nil {
 		return res, err
 	}
@@ -51,7 +63,10 @@ func (r *DistributedLockReconciler) reconcileCandidates(ctx context.Context, loc
 
 	switch {
 	case ours && holderEligible:
-		if due := obs.ObservedAt.Add(interval); now.Before(due) {
+		// Renew when due, and at once when this process sees the record for
+		// the first time (after a restart or failover it cannot know when
+		// the last renewal was).
+		if due := obs.ObservedAt.Add(interval); now.Before(due) && !obs.ObservedAt.Equal(now) {
 			res.renewIn = due.Sub(now)
 			return res, nil
 		}
@@ -124,7 +139,7 @@ func (r *DistributedLockReconciler) writeLease(ctx context.Context, current *coo
 func (r *DistributedLockReconciler) eligibleCandidates(ctx context.Context, lock *locksv1alpha1.DistributedLock) ([]corev1.Pod, error) {
 	sel, err := metav1.LabelSelectorAsSelector(&lock.Spec.Candidates.PodSelector)
 	if err != nil {
-		return nil, fmt.Errorf("spec.candidates.podSelector: %w", err)
+		return nil, fmt.Errorf("%w: spec.candidates.podSelector: %w", errInvalidSelector, err)
 	}
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(lock.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {

@@ -5,6 +5,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -128,23 +129,42 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 
 	res := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: now,
 		highWater: r.highWater.get(client.ObjectKeyFromObject(lock))})
-	if res.status.HolderPod, err = r.holderPodName(ctx, lock, &res.status); err != nil {
+	grantToken := int64(obs.Record.Transitions)
+	if res.status.HolderPod, err = r.holderPodName(ctx, lock, &res.status, grantToken); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.updateStatus(ctx, lock, res.status); err != nil {
 		return ctrl.Result{}, err
 	}
+	result := ctrl.Result{RequeueAfter: earliest(res.expiresIn, renewIn)}
 	if err := r.releaseTerminatingLease(ctx, lock, state.lease); err != nil {
-		return ctrl.Result{}, err
+		return result, err
 	}
-	if err := r.markHolderPod(ctx, lock, &lock.Status); err != nil {
-		return ctrl.Result{}, err
+	if err := r.markHolderPod(ctx, lock, oldStatus.HolderPod, &lock.Status, grantToken); err != nil {
+		// Marks are for workloads' convenience; a failure must not delay
+		// the renewal this pass scheduled. The next pass tries again.
+		ctrl.LoggerFrom(ctx).Error(err, "marking the holder pod")
 	}
+	statusEvents := handedOffOverTakenOver(leaseEvents, res.events)
 	lockKey := client.ObjectKeyFromObject(lock)
 	r.metrics.statusWritten(lockKey, &lock.Status, r.Clock.Now())
-	r.metrics.observed(lockKey, res.events, now)
-	r.recordEvents(lock, state.lease, append(newLeaseEvents(oldStatus, leaseEvents), res.events...))
-	return ctrl.Result{RequeueAfter: earliest(res.expiresIn, renewIn)}, nil
+	r.metrics.observed(lockKey, append(candidateTransitions(leaseEvents), statusEvents...), now)
+	r.recordEvents(lock, state.lease, append(newLeaseEvents(oldStatus, leaseEvents), statusEvents...))
+	return result, nil
+}
+
+// handedOffOverTakenOver drops the TakenOver the status derives for a grant
+// the controller itself made in candidates mode (reported as HandedOff).
+func handedOffOverTakenOver(leaseEvents, statusEvents []lockEvent) []lockEvent {
+	if !slices.ContainsFunc(leaseEvents, func(e lockEvent) bool { return e.reason == EventHandedOff }) {
+		return statusEvents
+	}
+	return slices.DeleteFunc(slices.Clone(statusEvents), func(e lockEvent) bool { return e.reason == EventTakenOver })
+}
+
+// candidateTransitions are the lease events that are lock transitions.
+func candidateTransitions(leaseEvents []lockEvent) []lockEvent {
+	return slices.DeleteFunc(slices.Clone(leaseEvents), func(e lockEvent) bool { return e.reason != EventHandedOff })
 }
 
 // updateStatus writes status when it changed. The Update carries the lock's

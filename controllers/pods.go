@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,10 +22,12 @@ import (
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 
 // holderPodName is the pod the live holder's identity names, if it exists
-// in the lock's namespace and is not terminating; "" otherwise.
+// in the lock's namespace and is not terminating; "" otherwise. A holder
+// whose grant token is below the highest token seen (a newer grant is on
+// its way) gets no pod: its marks would carry a token that is not its own.
 func (r *DistributedLockReconciler) holderPodName(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	st *locksv1alpha1.DistributedLockStatus) (string, error) {
-	if st.Holder == "" || !meta.IsStatusConditionTrue(st.Conditions, locksv1alpha1.ConditionHeld) {
+	st *locksv1alpha1.DistributedLockStatus, grantToken int64) (string, error) {
+	if st.Holder == "" || !meta.IsStatusConditionTrue(st.Conditions, locksv1alpha1.ConditionHeld) || grantToken < st.FencingToken {
 		return "", nil
 	}
 	pod := &corev1.Pod{}
@@ -40,11 +44,19 @@ func (r *DistributedLockReconciler) holderPodName(ctx context.Context, lock *loc
 	return pod.Name, nil
 }
 
-// markHolderPod puts the lock's label and annotations on the holder pod and
-// takes them off every other pod. The old holder is cleared first, so a
-// Service never selects two holders.
+// markHolderPod puts the lock's label and annotations (with the holder's
+// grant token) on the holder pod and takes them off every other pod. The old
+// holders are cleared first, so a Service never selects two holders: the
+// previously recorded holder pod by a patch that does not depend on the
+// cache (which may not show its label yet), the others as the cache lists
+// them.
 func (r *DistributedLockReconciler) markHolderPod(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	st *locksv1alpha1.DistributedLockStatus) error {
+	previousPod string, st *locksv1alpha1.DistributedLockStatus, grantToken int64) error {
+	if previousPod != "" && previousPod != st.HolderPod {
+		if err := r.clearPodMarks(ctx, lock, previousPod); err != nil {
+			return err
+		}
+	}
 	key := locksv1alpha1.HolderLabelKey(lock.Name)
 	exists, err := labels.NewRequirement(key, selection.Exists, nil)
 	if err != nil {
@@ -69,11 +81,31 @@ func (r *DistributedLockReconciler) markHolderPod(ctx context.Context, lock *loc
 	if err := r.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: st.HolderPod}, pod); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	marks := map[string]string{locksv1alpha1.TokenAnnotationKey(lock.Name): strconv.FormatInt(st.FencingToken, 10)}
+	marks := map[string]string{locksv1alpha1.TokenAnnotationKey(lock.Name): strconv.FormatInt(grantToken, 10)}
 	if st.AcquireTime != nil {
 		marks[locksv1alpha1.AcquiredAnnotationKey(lock.Name)] = st.AcquireTime.UTC().Format(time.RFC3339Nano)
 	}
 	return r.patchPodMarks(ctx, pod, lock.Name, marks)
+}
+
+// clearPodMarks removes the lock's label and annotations from the named pod
+// with a merge patch that always sends the removals.
+func (r *DistributedLockReconciler) clearPodMarks(ctx context.Context, lock *locksv1alpha1.DistributedLock, podName string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"labels": map[string]any{locksv1alpha1.HolderLabelKey(lock.Name): nil},
+		"annotations": map[string]any{
+			locksv1alpha1.TokenAnnotationKey(lock.Name):    nil,
+			locksv1alpha1.AcquiredAnnotationKey(lock.Name): nil,
+		},
+	}})
+	if err != nil {
+		return err
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: lock.Namespace, Name: podName}}
+	if err := r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("clearing pod %s of lock %s: %w", podName, lock.Name, err)
+	}
+	return nil
 }
 
 // patchPodMarks sets the lock's label and the given annotations on pod, or

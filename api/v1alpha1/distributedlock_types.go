@@ -45,6 +45,8 @@ type CandidatesSpec struct {
 	// podSelector selects candidate pods in the lock's namespace. An empty
 	// selector selects every pod in the namespace.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="podSelector.matchExpressions[].operator must be one of In, NotIn, Exists, DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="podSelector.matchExpressions[]: In and NotIn need values; Exists and DoesNotExist take none"
 	PodSelector metav1.LabelSelector `json:"podSelector"`
 }
 

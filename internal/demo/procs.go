@@ -22,6 +22,7 @@ type workerProc struct {
 	state  string
 	token  int64
 	frozen bool
+	lost   bool
 }
 
 // startWorker launches a worker process with the demo's worker command.
@@ -50,9 +51,15 @@ func startWorker(opts Options, name, kubeconfig, ledgerURL string) (*workerProc,
 	return p, nil
 }
 
-// record parses "state <name> <token> [detail]".
+// record parses "state <name> <token> [detail]" and "note lost <token>".
 func (p *workerProc) record(line string) {
 	fields := strings.Fields(line)
+	if len(fields) == 3 && fields[0] == "note" && fields[1] == noteLost {
+		p.mu.Lock()
+		p.lost = true
+		p.mu.Unlock()
+		return
+	}
 	if len(fields) < 3 || fields[0] != "state" {
 		return
 	}
@@ -70,6 +77,13 @@ func (p *workerProc) snapshot() (string, int64, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.state, p.token, p.frozen
+}
+
+// lostGrant reports whether the worker has said it lost a grant.
+func (p *workerProc) lostGrant() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lost
 }
 
 // freeze stops the process for real (SIGSTOP), as a GC pause or CPU

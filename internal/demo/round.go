@@ -63,6 +63,7 @@ type round struct {
 
 	mu     sync.Mutex
 	grants []Grant
+	outMu  sync.Mutex // serializes writes to out
 }
 
 func (r *round) run(ctx context.Context) (RoundResult, error) {
@@ -165,8 +166,10 @@ func (r *round) drive(ctx context.Context, ledger *Ledger, workers []*workerProc
 			if err != nil {
 				return nil, err
 			}
+			// The thawed worker is done only once it finished its batch or
+			// was fenced; a lost grant alone does not stop it charging.
 			state, _, _ := frozen.snapshot()
-			if stats.Complete && state != stateCharging && state != stateHolding && allSettled(workers) {
+			if stats.Complete && (state == stateDone || state == stateFenced || state == stateWaiting) && allSettled(workers) {
 				r.progress(ctx, ledger, workers)
 				return frozen, nil
 			}
@@ -214,6 +217,8 @@ func (r *round) progress(ctx context.Context, ledger *Ledger, workers []*workerP
 		state, tok, frozen := w.snapshot()
 		if frozen {
 			state = "FROZEN"
+		} else if w.lostGrant() && state == stateCharging {
+			state = "charging-without-lock"
 		}
 		if tok > 0 && state != stateWaiting {
 			state = fmt.Sprintf("%s(t%d)", state, tok)
@@ -231,6 +236,8 @@ func (r *round) say(format string, args ...any) {
 	if r.fenced {
 		mode = "on"
 	}
+	r.outMu.Lock()
+	defer r.outMu.Unlock()
 	fmt.Fprintf(r.out, "[%6.1fs fencing %-3s] %s\n", time.Since(r.start).Seconds(), mode, fmt.Sprintf(format, args...))
 }
 

@@ -26,8 +26,11 @@ const (
 	stateDone     = "done"
 	stateIdle     = "idle"
 	stateFenced   = "fenced"
-	stateLost     = "lost"
 )
+
+// noteLost is printed as "note lost <token>" when a grant is lost: a fact
+// about the lock, not a state of the job (a thawed worker keeps charging).
+const noteLost = "lost"
 
 // worker is one replica of the billing service. Its job is the incident's:
 // on getting the lock it loads the batch of unbilled customers and charges
@@ -72,11 +75,30 @@ func WorkerMain(args []string) int {
 	return 0
 }
 
+func (w *worker) note(what string, token int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fmt.Printf("note %s %d\n", what, token)
+}
+
 func (w *worker) say(state string, token int64, detail string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	fmt.Printf("state %s %d %s\n", state, token, detail)
 }
+
+// jobOutcome is how a run of the job under one grant ended.
+type jobOutcome int
+
+const (
+	// jobFinished: the job is complete (now or already); keep the lock.
+	jobFinished jobOutcome = iota
+	// jobFenced: the ledger refused this grant's token; the lock is lost.
+	jobFenced
+	// jobFailed: the ledger could not be reached; give the lock up and
+	// try again later.
+	jobFailed
+)
 
 // run competes for the lock until ctx ends, doing the job whenever it holds
 // the lock and the job is not complete.
@@ -94,57 +116,65 @@ func (w *worker) run(ctx context.Context, c *lock.Client) {
 		token := g.Token()
 		w.say(stateHolding, token, "")
 		go func() {
-			<-g.Lost()
-			w.say(stateLost, token, "")
+			<-g.Context().Done()
+			if g.Err() != nil {
+				w.note(noteLost, token)
+			}
 		}()
-		fenced := w.job(ctx, token)
-		if fenced {
+		switch w.job(ctx, token) {
+		case jobFinished:
+			// Keep the lock until told to stop or until it is lost.
+			select {
+			case <-ctx.Done():
+			case <-g.Lost():
+			}
+			_ = g.Release(context.Background())
+		case jobFenced:
 			_ = g.Release(context.Background()) // nothing to release: it was lost
-			continue
+		case jobFailed:
+			_ = g.Release(context.Background())
+			time.Sleep(500 * time.Millisecond) // let the ledger come up before competing again
 		}
-		// Keep the lock until told to stop or until it is lost.
-		select {
-		case <-ctx.Done():
-		case <-g.Lost():
-		}
-		_ = g.Release(context.Background())
 	}
 }
 
-// job charges the unbilled batch with token. It reports whether the
-// ledger fenced it off.
-func (w *worker) job(ctx context.Context, token int64) bool {
+// job charges the unbilled batch with token.
+func (w *worker) job(ctx context.Context, token int64) jobOutcome {
 	var complete bool
-	if err := w.getJSON(ctx, "/complete", &complete); err != nil || complete {
+	if err := w.getJSON(ctx, "/complete", &complete); err != nil {
+		w.say(stateWaiting, token, "error: "+err.Error())
+		return jobFailed
+	}
+	if complete {
 		w.say(stateIdle, token, "job already complete")
-		return false
+		return jobFinished
 	}
 	// Fence first, then read: registering the token before loading the batch
 	// makes the ledger refuse an older holder's late writes, so none of them
 	// can land after the batch was read (and be charged again).
-	if status, err := w.post(ctx, "/begin?worker="+url.QueryEscape(w.name), token); err != nil || status != http.StatusCreated {
-		if err == nil && status == http.StatusConflict {
-			w.say(stateFenced, token, "run rejected: stale fencing token")
-			return true
-		}
-		w.say(stateIdle, token, fmt.Sprintf("error: begin: %v (status %d)", err, status))
-		return false
+	switch status, err := w.post(ctx, "/begin?worker="+url.QueryEscape(w.name), token); {
+	case err == nil && status == http.StatusConflict:
+		w.say(stateFenced, token, "run rejected: stale fencing token")
+		return jobFenced
+	case err != nil || status != http.StatusCreated:
+		w.say(stateWaiting, token, fmt.Sprintf("error: begin: %v (status %d)", err, status))
+		return jobFailed
 	}
 	var batch []int
 	if err := w.getJSON(ctx, "/unbilled", &batch); err != nil {
-		w.say(stateIdle, token, "error: "+err.Error())
-		return false
+		w.say(stateWaiting, token, "error: "+err.Error())
+		return jobFailed
 	}
 	w.say(stateCharging, token, fmt.Sprint(len(batch)))
 	next := time.Now()
 	for _, customer := range batch {
 		if ctx.Err() != nil {
-			return false
+			return jobFinished
 		}
 		status, err := w.post(ctx, fmt.Sprintf("/charge?customer=%d&worker=%s", customer, url.QueryEscape(w.name)), token)
 		if err == nil && status == http.StatusConflict {
 			w.say(stateFenced, token, fmt.Sprintf("charge of customer %d rejected: stale fencing token", customer))
-			return true
+			return jobFenced
 		}
 		// The job's pace. Far behind it (a thawed worker), carry on at the
 		// pace rather than catch up in a burst.
@@ -157,10 +187,10 @@ func (w *worker) job(ctx context.Context, token int64) bool {
 	}
 	if status, err := w.post(ctx, "/complete?worker="+url.QueryEscape(w.name), token); err == nil && status == http.StatusConflict {
 		w.say(stateFenced, token, "completion rejected: stale fencing token")
-		return true
+		return jobFenced
 	}
 	w.say(stateDone, token, fmt.Sprint(len(batch)))
-	return false
+	return jobFinished
 }
 
 func (w *worker) post(ctx context.Context, path string, token int64) (int, error) {

@@ -254,7 +254,7 @@ func parseEvents(worker int, lines []string) []workerEvent {
 			ev.call, ev.ret, ev.token = num(1), num(2), num(3)
 		case "release":
 			ev.call, ev.ret = num(1), num(2)
-		case "lost":
+		case "end":
 			ev.call, ev.ret = num(1), num(1)
 			ev.detail = strings.Join(f[2:], " ")
 		case "done":

@@ -114,7 +114,7 @@ func TestClientCutOffFromTheAPIServer(t *testing.T) {
 				lostAt, grantedAt := lossAndNextGrant(r, cut, token)
 				switch {
 				case lostAt == 0:
-					t.Errorf("%s was cut off holding token %d and never reported the loss", r.workers[cut].name, token)
+					t.Errorf("%s was cut off holding token %d and its grant never ended", r.workers[cut].name, token)
 				case grantedAt == 0:
 					t.Errorf("no worker reports the grant after token %d", token)
 				case lostAt >= grantedAt:
@@ -127,16 +127,17 @@ func TestClientCutOffFromTheAPIServer(t *testing.T) {
 		}})
 }
 
-// lossAndNextGrant finds when worker `cut` reported losing its grant after
-// it acquired token, and when the next grant (a higher token) was returned
-// to any worker; wall-clock ns (one machine's clock), 0 if not seen.
+// lossAndNextGrant finds when worker `cut` stopped believing it held the
+// grant of token (its Context ended: lost, or released), and when the next
+// grant (a higher token) was returned to any worker; wall-clock ns (one
+// machine's clock), 0 if not seen.
 func lossAndNextGrant(r *runState, cut int, token int64) (int64, int64) {
 	var lostAt, acquiredAt, grantedAt int64
 	for _, ev := range parseEvents(cut, r.workers[cut].output()) {
 		if ev.kind == "acquire" && ev.token == token {
 			acquiredAt = ev.ret
 		}
-		if ev.kind == "lost" && acquiredAt != 0 && lostAt == 0 {
+		if ev.kind == "end" && acquiredAt != 0 && lostAt == 0 {
 			lostAt = ev.call
 		}
 	}

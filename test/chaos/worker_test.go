@@ -27,7 +27,7 @@ const workerEnv = "FRONTDESK_CHAOS_WORKER"
 //
 //	acquire <call> <return> <token>
 //	release <call> <return>
-//	lost <at> <cause>
+//	end <at> <cause>     (the grant's Context ended: lost or released)
 //	done
 func runWorker() int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
@@ -66,8 +66,10 @@ func runWorker() int {
 		}
 		fmt.Printf("acquire %d %d %d\n", call, time.Now().UnixNano(), g.Token())
 		go func(g *lock.Grant) {
-			<-g.Lost()
-			fmt.Printf("lost %d %s\n", time.Now().UnixNano(), strings.ReplaceAll(g.Err().Error(), "\n", " "))
+			<-g.Context().Done()
+			// When this holder stopped believing it holds the lock: lost, or
+			// released.
+			fmt.Printf("end %d %s\n", time.Now().UnixNano(), strings.ReplaceAll(context.Cause(g.Context()).Error(), "\n", " "))
 		}(g)
 		if w.fenced(g.Token(), "/begin", "") {
 			for range *perGrant {

@@ -95,13 +95,13 @@ func TestBillingScenarioOnKind(t *testing.T) {
 		if holderPod == "" || st.Customers == 0 || st.Charges < st.Customers*7/10 {
 			return false
 		}
-		e.kubectlOK("-n", "billing-e2e", "exec", holderPod, "--", "pkill", "-STOP", "-f", "frontdesk-demo worker")
+		e.kubectlOK("-n", "billing-e2e", "exec", holderPod, "--", "pkill", "-STOP", "-x", "frontdesk-demo")
 		frozenPod, frozenToken = holderPod, token
 		e.step("froze %s (token %d) after %d charges", holderPod, token, st.Charges)
 		return true
 	})
 	e.poll(2*time.Minute, func() bool { _, token := e.holder(); return token > frozenToken })
-	e.kubectlOK("-n", "billing-e2e", "exec", frozenPod, "--", "pkill", "-CONT", "-f", "frontdesk-demo worker")
+	e.kubectlOK("-n", "billing-e2e", "exec", frozenPod, "--", "pkill", "-CONT", "-x", "frontdesk-demo")
 	e.step("lease passed on; thawed %s", frozenPod)
 
 	var final demo.Stats

@@ -106,9 +106,19 @@ func TestApiserverRejectsStaleWritersOfFencedObjects(t *testing.T) {
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(ContainSubstring("the locks.frontdesk.dev/fencing-token annotation was removed: this object is fenced by DistributedLock billing"))
 
+	// Pointing the object at another lock, or at none, is refused too.
+	err = writeConfigMap(ns, "invoice-run", "elsewhere", fenced("other-lock", "9"))
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err.Error()).To(ContainSubstring("the locks.frontdesk.dev/fencing-lock annotation may not change: this object is fenced by DistributedLock billing"))
+
 	final := &corev1.ConfigMap{}
 	g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(cm), final)).To(Succeed())
 	g.Expect(final.Data["value"]).To(Equal("charged 101-200"), "only current holders' writes landed")
+
+	// A fenced object where no DistributedLock could check it is refused.
+	lockless := newNamespace(t)
+	err = k8sClient.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "orphan", Namespace: lockless, Annotations: fenced("billing", "1")}})
+	g.Expect(err).To(HaveOccurred(), "a fenced object in a namespace without locks")
 
 	// Objects without the annotations are untouched by the policy.
 	plain := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns}}

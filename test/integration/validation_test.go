@@ -26,6 +26,13 @@ func TestInvalidSpecsAreRejectedWithClearMessages(t *testing.T) {
 		{"lease name with capitals", map[string]any{"leaseName": "Billing_Lease"}, `spec.leaseName: Invalid value: "Billing_Lease": leaseName must be a valid Lease name`},
 		{"lease name ending in a dot", map[string]any{"leaseName": "billing."}, "leaseName must be a valid Lease name"},
 		{"empty lease name", map[string]any{"leaseName": ""}, "spec.leaseName in body should be at least 1 chars long"},
+		{"candidates selector with a bad operator", map[string]any{"candidates": map[string]any{"podSelector": map[string]any{
+			"matchExpressions": []any{map[string]any{"key": "app", "operator": "Equals", "values": []any{"web"}}}}}},
+			"podSelector.matchExpressions[].operator must be one of In, NotIn, Exists, DoesNotExist"},
+		{"candidates selector In without values", map[string]any{"candidates": map[string]any{"podSelector": map[string]any{
+			"matchExpressions": []any{map[string]any{"key": "app", "operator": "In"}}}}},
+			"In and NotIn need values; Exists and DoesNotExist take none"},
+		{"candidates without a selector", map[string]any{"candidates": map[string]any{}}, "spec.candidates.podSelector: Required value"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
