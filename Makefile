@@ -91,6 +91,10 @@ bench: manifests generate k8s-binaries ## Measure lock operations on a local con
 # Image for the kubectl-lock plugin.
 PLUGIN_IMG ?= frontdesk-kubectl-lock:latest
 
+.PHONY: bench-cost
+bench-cost: manifests generate k8s-binaries ## Measure the controller's RSS and status lag with 1,000 and 10,000 locks.
+	KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./cmd/frontdesk-bench --cost 1000,10000 $(BENCH_FLAGS)
+
 .PHONY: docker-build
 docker-build: ## Build the manager and kubectl-lock images (needs a container engine).
 	docker build -t $(IMG) .

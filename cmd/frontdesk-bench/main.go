@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +31,11 @@ func main() {
 	flag.StringVar(&waiters, "waiters", "1,10,50", "Comma-separated waiter counts for the handoff measurement.")
 	var duration int
 	flag.IntVar(&duration, "lease-duration", 15, "Lease duration of the locks, in seconds.")
+	var costSizes string
+	cost := bench.CostOptions{}
+	flag.StringVar(&costSizes, "cost", "", "Instead of latencies, measure the controller's cost with these numbers of locks, e.g. 1000,10000.")
+	flag.IntVar(&cost.RenewalsPerSecond, "cost-renewals", 100, "Renewals per second across all locks while measuring status lag.")
+	flag.DurationVar(&cost.Duration, "cost-duration", 20*time.Second, "How long to renew while measuring status lag.")
 	flag.Parse()
 	opts.LeaseDurationSeconds = int32(duration)
 	for _, w := range strings.Split(waiters, ",") {
@@ -40,10 +46,28 @@ func main() {
 		}
 		opts.Waiters = append(opts.Waiters, n)
 	}
+	if costSizes != "" {
+		cost.AssetsDir = opts.AssetsDir
+		for _, f := range strings.Split(costSizes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				fmt.Fprintf(os.Stderr, "frontdesk-bench: --cost: %q is not a positive number\n", f)
+				os.Exit(2)
+			}
+			cost.Sizes = append(cost.Sizes, n)
+		}
+	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	klog.SetLogger(ctrl.Log) // watches cancelled at the end are not errors worth printing
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if len(cost.Sizes) > 0 {
+		if _, err := bench.RunCost(ctx, cost, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "frontdesk-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if _, err := bench.Run(ctx, opts, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "frontdesk-bench:", err)
 		os.Exit(1)

@@ -47,3 +47,21 @@ func TestPercentile(t *testing.T) {
 		t.Errorf("p50 of nothing = %d", got)
 	}
 }
+
+// A small run of the controller-cost measurement: every renewal shows in
+// status, and the manager's memory is read. (No numbers are asserted.)
+func TestCostShortRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rows, err := RunCost(ctx, CostOptions{Sizes: []int{30}, RenewalsPerSecond: 20, Duration: 2 * time.Second}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].RSSBytes <= 0 || rows[0].PeakRSSBytes < rows[0].RSSBytes || len(rows[0].Lag.Samples) < 10 {
+		t.Fatalf("cost rows = %+v\n%s", rows, out.String())
+	}
+	if !strings.Contains(out.String(), "controller cost") {
+		t.Errorf("no table printed:\n%s", out.String())
+	}
+}

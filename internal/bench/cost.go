@@ -1,0 +1,287 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
+	"github.com/frontdesk-dev/frontdesk/internal/manager"
+)
+
+// CostOptions size the controller-cost measurement.
+type CostOptions struct {
+	// AssetsDir holds kube-apiserver, etcd and kubectl.
+	AssetsDir string
+	// Sizes are the numbers of locks to measure with.
+	Sizes []int
+	// RenewalsPerSecond is the rate of renewals across all locks while the
+	// status lag is measured.
+	RenewalsPerSecond int
+	// Duration of the renewal phase.
+	Duration time.Duration
+}
+
+// CostRow is the controller's cost with one number of locks.
+type CostRow struct {
+	Locks        int
+	Setup        time.Duration
+	RSSBytes     int64
+	PeakRSSBytes int64
+	Lag          Row
+}
+
+// RunCost starts a control plane and the manager binary as a process of
+// its own (so its memory is its own), creates and grants locks, renews them
+// at a steady rate, and measures the manager's RSS and how long status takes
+// to show each renewal.
+func RunCost(ctx context.Context, opts CostOptions, out io.Writer) ([]CostRow, error) {
+	dir, err := os.MkdirTemp("", "frontdesk-cost-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	cp, err := controlplane.Start(controlplane.Options{AssetsDir: opts.AssetsDir, KubeconfigPath: kubeconfig})
+	if err != nil {
+		return nil, err
+	}
+	defer cp.Stop()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "manager")
+	if b, err := exec.Command("go", "build", "-o", bin, root).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building the manager: %w: %s", err, b)
+	}
+	mgr := exec.Command(bin, "--kubeconfig", kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+		"--max-concurrent-reconciles", "8", "--zap-log-level", "error")
+	if err := mgr.Start(); err != nil {
+		return nil, fmt.Errorf("starting the manager: %w", err)
+	}
+	defer func() { _ = mgr.Process.Kill(); _ = mgr.Wait() }()
+
+	c, err := client.NewWithWatch(cp.Config, client.Options{Scheme: manager.NewScheme()})
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		return nil, err
+	}
+	var rows []CostRow
+	for _, n := range opts.Sizes {
+		row, err := measureCost(ctx, c, cs, mgr.Process.Pid, n, opts)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, row)
+	}
+	printCost(out, rows, opts)
+	return rows, nil
+}
+
+func measureCost(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, pid, n int, opts CostOptions) (CostRow, error) {
+	ns := fmt.Sprintf("cost-%d", n)
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return CostRow{}, err
+	}
+	start := time.Now()
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("lock-%05d", i)
+	}
+	if err := parallel(32, names, func(name string) error {
+		return c.Create(ctx, &locksv1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: locksv1alpha1.DistributedLockSpec{LeaseDurationSeconds: 600}})
+	}); err != nil {
+		return CostRow{}, fmt.Errorf("creating locks: %w", err)
+	}
+	// Grant every lock once the controller has created its Lease.
+	if err := parallel(32, names, func(name string) error { return grantWhenReady(ctx, cs, ns, name) }); err != nil {
+		return CostRow{}, fmt.Errorf("granting locks: %w", err)
+	}
+	setup := time.Since(start)
+
+	lag, err := renewAndMeasureLag(ctx, c, cs, ns, names, opts)
+	if err != nil {
+		return CostRow{}, err
+	}
+	rss, peak, err := processRSS(pid)
+	if err != nil {
+		return CostRow{}, err
+	}
+	return CostRow{Locks: n, Setup: setup, RSSBytes: rss, PeakRSSBytes: peak, Lag: lag}, nil
+}
+
+// grantWhenReady waits for the lock's Lease and takes it with a CAS.
+func grantWhenReady(ctx context.Context, cs kubernetes.Interface, ns, name string) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		l, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			now := metav1.NewMicroTime(time.Now())
+			l.Spec.HolderIdentity = ptr.To("cost-holder")
+			l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+			l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+			if _, err = cs.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{}); err == nil {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("lease %s/%s: %w", ns, name, err)
+		}
+		time.Sleep(200 * time.Millisecond) // the controller creates the Lease soon
+	}
+}
+
+// renewAndMeasureLag renews random locks at the configured rate and times,
+// for each renewal, from the Update's response to the watch event of the
+// lock whose status shows that renewTime.
+func renewAndMeasureLag(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, ns string, names []string, opts CostOptions) (Row, error) {
+	var list locksv1alpha1.DistributedLockList
+	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return Row{}, err
+	}
+	w, err := c.Watch(ctx, &locksv1alpha1.DistributedLockList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+	if err != nil {
+		return Row{}, err
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	sent := map[string]time.Time{} // "name/renewTime" -> when the renewal returned
+	var lags []time.Duration
+	go func() {
+		for ev := range w.ResultChan() {
+			lk, ok := ev.Object.(*locksv1alpha1.DistributedLock)
+			if !ok || ev.Type != watch.Modified || lk.Status.RenewTime == nil {
+				continue
+			}
+			key := lk.Name + "/" + lk.Status.RenewTime.UTC().Format(time.RFC3339Nano)
+			mu.Lock()
+			if at, ok := sent[key]; ok {
+				lags = append(lags, time.Since(at))
+				delete(sent, key)
+			}
+			mu.Unlock()
+		}
+	}()
+	tick := time.NewTicker(time.Second / time.Duration(max(opts.RenewalsPerSecond, 1)))
+	defer tick.Stop()
+	end := time.Now().Add(opts.Duration)
+	var wg sync.WaitGroup
+	for time.Now().Before(end) {
+		<-tick.C
+		name := names[rand.IntN(len(names))]
+		wg.Go(func() {
+			l, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return
+			}
+			now := metav1.NewMicroTime(time.Now())
+			l.Spec.RenewTime = &now
+			updated, err := cs.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			sent[name+"/"+updated.Spec.RenewTime.UTC().Format(time.RFC3339Nano)] = time.Now()
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	time.Sleep(3 * time.Second) // let the last status writes arrive; unmatched renewals are reported below
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) > len(lags)/10 {
+		return Row{}, fmt.Errorf("%d renewals never showed in status (%d did)", len(sent), len(lags))
+	}
+	return sorted(Row{Name: "status lag", Samples: append([]time.Duration(nil), lags...)}), nil
+}
+
+// processRSS reads VmRSS and VmHWM (peak) of a process, in bytes.
+func processRSS(pid int) (int64, int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	var rss, peak int64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb * 1024
+		case "VmHWM:":
+			peak = kb * 1024
+		}
+	}
+	return rss, peak, nil
+}
+
+// parallel runs fn over items with n workers and returns the first error.
+func parallel(n int, items []string, fn func(string) error) error {
+	ch := make(chan string)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for it := range ch {
+				if err := fn(it); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	for _, it := range items {
+		select {
+		case ch <- it:
+		case err := <-errs:
+			close(ch)
+			wg.Wait()
+			return err
+		}
+	}
+	close(ch)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+func printCost(out io.Writer, rows []CostRow, opts CostOptions) {
+	fmt.Fprintf(out, "\ncontroller cost: manager binary as its own process, every lock held, %d renewals/s across them for %s\n\n",
+		opts.RenewalsPerSecond, opts.Duration)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	fmt.Fprintln(w, "locks\tsetup (create+grant)\tmanager RSS\tpeak RSS\tstatus lag p50\tp99\tn\t")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%d\t%s\t%.0f MiB\t%.0f MiB\t%s\t%s\t%d\t\n", r.Locks, r.Setup.Round(time.Second),
+			float64(r.RSSBytes)/(1<<20), float64(r.PeakRSSBytes)/(1<<20), ms(r.Lag.Percentile(50)), ms(r.Lag.Percentile(99)), len(r.Lag.Samples))
+	}
+	_ = w.Flush()
+}
