@@ -22,7 +22,12 @@ import (
 	"github.com/frontdesk-dev/frontdesk/internal/bench"
 )
 
+var withPeers bool
+
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "peer-holder" {
+		os.Exit(bench.HolderMain(os.Args[2:]))
+	}
 	opts := bench.Options{}
 	var waiters string
 	flag.StringVar(&opts.AssetsDir, "assets", "", "Directory with kube-apiserver, etcd and kubectl (default: $KUBEBUILDER_ASSETS, else bin/k8s).")
@@ -36,6 +41,10 @@ func main() {
 	flag.StringVar(&costSizes, "cost", "", "Instead of latencies, measure the controller's cost with these numbers of locks, e.g. 1000,10000.")
 	flag.IntVar(&cost.RenewalsPerSecond, "cost-renewals", 100, "Renewals per second across all locks while measuring status lag.")
 	flag.DurationVar(&cost.Duration, "cost-duration", 20*time.Second, "How long to renew while measuring status lag.")
+	peers := bench.PeersOptions{Locks: []int{1, 10, 100}}
+	flag.BoolVar(&withPeers, "peers", true, "Also measure etcd's Mutex and Redis side by side (same run, same TTL).")
+	flag.DurationVar(&peers.TTL, "peers-ttl", 2*time.Second, "TTL of every system in the side-by-side run.")
+	flag.IntVar(&peers.FailoverTrials, "failover-trials", 20, "SIGKILLed holders per system.")
 	flag.Parse()
 	opts.LeaseDurationSeconds = int32(duration)
 	for _, w := range strings.Split(waiters, ",") {
@@ -69,6 +78,21 @@ func main() {
 		return
 	}
 	if _, err := bench.Run(ctx, opts, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "frontdesk-bench:", err)
+		os.Exit(1)
+	}
+	if !withPeers {
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "frontdesk-bench:", err)
+		os.Exit(1)
+	}
+	peers.AssetsDir, peers.Iterations, peers.Handoffs = opts.AssetsDir, opts.Iterations, opts.Handoffs
+	peers.Throughput = 3 * time.Second
+	peers.HolderCommand = []string{self, "peer-holder"}
+	if _, err := bench.RunPeers(ctx, peers, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "frontdesk-bench:", err)
 		os.Exit(1)
 	}

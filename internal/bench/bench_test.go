@@ -3,10 +3,21 @@ package bench
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
 )
+
+const holderEnv = "FRONTDESK_BENCH_HOLDER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(holderEnv) != "" {
+		// Re-executed as the holder process of a failover trial.
+		os.Exit(HolderMain(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
 
 // A short run of the benchmark: it must measure every row with real,
 // positive latencies and print the table. (Timings are not asserted: speed
@@ -63,5 +74,32 @@ func TestCostShortRun(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "controller cost") {
 		t.Errorf("no table printed:\n%s", out.String())
+	}
+}
+
+// A short side-by-side run: every system measured, failover included.
+func TestPeersShortRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rows, err := RunPeers(ctx, PeersOptions{TTL: 2 * time.Second, Iterations: 10, Throughput: 500 * time.Millisecond,
+		Locks: []int{1, 3}, Handoffs: 5, FailoverTrials: 1, HolderCommand: []string{os.Args[0]}, HolderEnv: []string{holderEnv + "=1"}}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want raw CAS, frontdesk, etcd and Redis (measured or skipped):\n%s", len(rows), out.String())
+	}
+	for _, r := range rows {
+		if strings.HasPrefix(r.Note, "skipped") {
+			continue
+		}
+		if len(r.Uncontend.Samples) == 0 || r.Throughput[1] <= 0 || r.Throughput[3] <= 0 {
+			t.Errorf("%s: uncontended %d samples, throughput %v", r.System, len(r.Uncontend.Samples), r.Throughput)
+		}
+		if r.System != "raw Lease CAS" && (len(r.Handoff.Samples) == 0 || len(r.Failover.Samples) != 1 || r.Failover.Samples[0] <= 0) {
+			t.Errorf("%s: handoff %d samples, failover %v", r.System, len(r.Handoff.Samples), r.Failover.Samples)
+		}
 	}
 }

@@ -78,6 +78,11 @@ func Start(opts Options) (*ControlPlane, error) {
 	return cp, nil
 }
 
+// EtcdURL is the client URL of the etcd behind the apiserver.
+func (c *ControlPlane) EtcdURL() string {
+	return c.env.ControlPlane.Etcd.URL.String()
+}
+
 // Stop shuts the apiserver and etcd down and removes their data.
 func (c *ControlPlane) Stop() error {
 	if err := c.env.Stop(); err != nil {

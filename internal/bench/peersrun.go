@@ -1,0 +1,458 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/internal/localrun"
+	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
+)
+
+// PeersOptions size the side-by-side run.
+type PeersOptions struct {
+	// AssetsDir holds kube-apiserver, etcd and kubectl.
+	AssetsDir string
+	// TTL is every system's lease duration (whole seconds).
+	TTL time.Duration
+	// Iterations of uncontended acquire+release per system.
+	Iterations int
+	// Throughput is how long each throughput point runs.
+	Throughput time.Duration
+	// Locks are the numbers of independent locks for throughput.
+	Locks []int
+	// Handoffs measured with 10 waiters.
+	Handoffs int
+	// FailoverTrials is the number of SIGKILLed holders per system.
+	FailoverTrials int
+	// HolderCommand runs a holder process (this binary in holder mode).
+	HolderCommand []string
+	// HolderEnv is added to the holder processes' environment.
+	HolderEnv []string
+}
+
+// PeerRow is one system's results.
+type PeerRow struct {
+	System     string
+	Uncontend  Row
+	Throughput map[int]float64 // locks -> acquire+release per second
+	Handoff    Row
+	Failover   Row
+	Note       string
+}
+
+// RunPeers measures frontdesk, the raw Lease CAS, etcd's Mutex on the etcd
+// that backs the apiserver, and Redis (if redis-server is installed) in one
+// run with equal TTLs, and prints one table.
+func RunPeers(ctx context.Context, opts PeersOptions, out io.Writer) ([]PeerRow, error) {
+	dir, err := os.MkdirTemp("", "frontdesk-peers-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig := dir + "/kubeconfig"
+	env, err := localrun.StartEnvironment(ctx, localrun.EnvironmentOptions{AssetsDir: opts.AssetsDir, KubeconfigPath: kubeconfig, MetricsBindAddress: "0"})
+	if err != nil {
+		return nil, err
+	}
+	defer env.Stop()
+	cs, err := kubernetes.NewForConfig(env.ControlPlane.Config)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(env.ControlPlane.Config)
+	if err != nil {
+		return nil, err
+	}
+	if err := setupPeerLocks(ctx, cs, env, opts); err != nil {
+		return nil, err
+	}
+	ttlSeconds := int(opts.TTL / time.Second)
+	systems := []lockSystem{rawCASSystem{cs: cs}, frontdeskSystem{cs: cs, dyn: dyn}, etcdSystem{endpoint: env.ControlPlane.EtcdURL(), ttl: ttlSeconds}}
+	redisAddr, stopRedis, redisErr := startRedis(dir)
+	if redisErr == nil {
+		defer stopRedis()
+		systems = append(systems, redisSystem{addr: redisAddr, ttl: opts.TTL})
+	}
+	holderArgs := []string{"--kubeconfig", kubeconfig, "--etcd", env.ControlPlane.EtcdURL(), "--redis", redisAddr, "--ttl", opts.TTL.String()}
+
+	var rows []PeerRow
+	for _, sys := range systems {
+		row, err := measurePeer(ctx, sys, opts, holderArgs)
+		if err != nil {
+			return rows, fmt.Errorf("%s: %w", sys.name(), err)
+		}
+		rows = append(rows, row)
+	}
+	if redisErr != nil {
+		rows = append(rows, PeerRow{System: "Redis SET NX PX", Note: "skipped: " + redisErr.Error()})
+	}
+	printPeers(out, rows, opts)
+	return rows, nil
+}
+
+// setupPeerLocks creates the DistributedLocks every system's keys name
+// (the Lease-based systems need them; etcd and Redis just use the names).
+func setupPeerLocks(ctx context.Context, cs kubernetes.Interface, env *localrun.Environment, opts PeersOptions) error {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	names := []string{"solo", "handoff"}
+	for i := range max(slicesMax(opts.Locks), 1) {
+		names = append(names, fmt.Sprintf("tp-%d", i))
+	}
+	for i := range opts.FailoverTrials {
+		names = append(names, fmt.Sprintf("failover-%d", i))
+	}
+	for _, n := range names {
+		l := &locksv1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: namespace},
+			Spec: locksv1alpha1.DistributedLockSpec{LeaseDurationSeconds: int32(opts.TTL / time.Second)}}
+		if err := env.Client.Create(ctx, l); err != nil {
+			return err
+		}
+	}
+	return env.WaitReady(ctx, namespace, names)
+}
+
+func slicesMax(xs []int) int {
+	m := 0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
+
+func measurePeer(ctx context.Context, sys lockSystem, opts PeersOptions, holderArgs []string) (PeerRow, error) {
+	row := PeerRow{System: sys.name(), Throughput: map[int]float64{}}
+	c, err := sys.newClient("solo-client")
+	if err != nil {
+		return row, err
+	}
+	defer c.close()
+	samples := make([]time.Duration, 0, opts.Iterations)
+	for i := range opts.Iterations + opts.Iterations/10 {
+		start := time.Now()
+		_, release, err := c.acquire(ctx, "solo")
+		if err != nil {
+			return row, err
+		}
+		if err := release(ctx); err != nil {
+			return row, err
+		}
+		if i >= opts.Iterations/10 {
+			samples = append(samples, time.Since(start))
+		}
+	}
+	row.Uncontend = sorted(Row{Samples: samples})
+	for _, n := range opts.Locks {
+		if row.Throughput[n], err = throughput(ctx, sys, n, opts.Throughput); err != nil {
+			return row, err
+		}
+	}
+	if _, isRaw := sys.(rawCASSystem); isRaw {
+		row.Note = "no waiting or expiry: uncontended floor only"
+		return row, nil
+	}
+	if row.Handoff, err = handoff(ctx, sys, 10, opts.Handoffs); err != nil {
+		return row, err
+	}
+	if row.Failover, err = failover(ctx, sys, opts, holderArgs); err != nil {
+		return row, err
+	}
+	return row, nil
+}
+
+// throughput runs n clients, each on its own lock, acquiring and releasing
+// for d, and returns the total rate.
+func throughput(ctx context.Context, sys lockSystem, n int, d time.Duration) (float64, error) {
+	var ops atomic.Int64
+	errs := make(chan error, n)
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for i := range n {
+		c, err := sys.newClient(fmt.Sprintf("tp-client-%d", i))
+		if err != nil {
+			return 0, err
+		}
+		wg.Go(func() {
+			defer c.close()
+			for time.Now().Before(deadline) {
+				_, release, err := c.acquire(ctx, fmt.Sprintf("tp-%d", i))
+				if err == nil {
+					err = release(ctx)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				ops.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return 0, err
+	default:
+	}
+	return float64(ops.Load()) / d.Seconds(), nil
+}
+
+// handoff: waiters+1 clients on one lock; each holder releases at once and
+// waits for the next grant before queueing again. Measured from Release's
+// return to the next holder's Acquire return.
+func handoff(ctx context.Context, sys lockSystem, waiters, handoffs int) (Row, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	base := time.Now()
+	var releasedAt, grants atomic.Int64
+	var mu sync.Mutex
+	var samples []time.Duration
+	errs := make(chan error, waiters+1)
+	var wg sync.WaitGroup
+	for i := range waiters + 1 {
+		c, err := sys.newClient(fmt.Sprintf("handoff-%d", i))
+		if err != nil {
+			return Row{}, err
+		}
+		wg.Go(func() {
+			defer c.close()
+			for ctx.Err() == nil {
+				_, release, err := c.acquire(ctx, "handoff")
+				if err != nil {
+					if ctx.Err() == nil {
+						errs <- err
+						cancel()
+					}
+					return
+				}
+				now := time.Since(base)
+				got := grants.Add(1)
+				if rel := releasedAt.Load(); rel != 0 {
+					mu.Lock()
+					samples = append(samples, now-time.Duration(rel))
+					if len(samples) >= handoffs {
+						cancel()
+					}
+					mu.Unlock()
+				}
+				if err := release(context.Background()); err != nil {
+					errs <- err
+					cancel()
+					return
+				}
+				releasedAt.Store(int64(time.Since(base)))
+				for grants.Load() == got && ctx.Err() == nil {
+					time.Sleep(time.Millisecond) // let a waiter take it before queueing again
+				}
+			}
+		})
+		if i == 0 {
+			for grants.Load() == 0 && ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return Row{}, err
+	default:
+	}
+	return sorted(Row{Samples: samples[:min(len(samples), handoffs)]}), nil
+}
+
+// failover: a holder process takes the lock and keeps it (renewing where
+// the system renews); a waiter queues; the holder is SIGKILLed; measured
+// from the kill to the waiter's first write accepted by a fencing Guard.
+func failover(ctx context.Context, sys lockSystem, opts PeersOptions, holderArgs []string) (Row, error) {
+	var samples []time.Duration
+	for trial := range opts.FailoverTrials {
+		key := fmt.Sprintf("failover-%d", trial)
+		d, err := failoverOnce(ctx, sys, key, opts, holderArgs)
+		if err != nil {
+			return Row{}, fmt.Errorf("failover trial %d: %w", trial, err)
+		}
+		samples = append(samples, d)
+	}
+	return sorted(Row{Samples: samples}), nil
+}
+
+func failoverOnce(ctx context.Context, sys lockSystem, key string, opts PeersOptions, holderArgs []string) (time.Duration, error) {
+	args := append(append(append([]string{}, opts.HolderCommand[1:]...), holderArgs...), "--system", sys.name(), "--key", key)
+	holder := exec.Command(opts.HolderCommand[0], args...)
+	holder.Env = append(os.Environ(), opts.HolderEnv...)
+	holder.Stderr = os.Stderr
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := holder.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { _ = holder.Process.Kill(); _ = holder.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "held") {
+		return 0, fmt.Errorf("holder did not take the lock: %q %v", line, err)
+	}
+	c, err := sys.newClient("failover-waiter")
+	if err != nil {
+		return 0, err
+	}
+	defer c.close()
+	guard := fencing.NewMemoryGuard()
+	type result struct {
+		at  time.Time
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*opts.TTL+30*time.Second)
+		defer cancel()
+		token, release, err := c.acquire(wctx, key)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		err = guard.Fence(wctx, key, token, func(context.Context) error { return nil })
+		at := time.Now()
+		_ = release(context.Background())
+		done <- result{at: at, err: err}
+	}()
+	time.Sleep(200 * time.Millisecond) // the waiter is queued before the crash
+	killed := time.Now()
+	if err := holder.Process.Signal(syscall.SIGKILL); err != nil {
+		return 0, err
+	}
+	r := <-done
+	if r.err != nil {
+		return 0, r.err
+	}
+	return r.at.Sub(killed), nil
+}
+
+// HolderMain is the holder process of the failover measurement: it takes
+// the lock, prints "held", and keeps it until it is killed.
+func HolderMain(args []string) int {
+	fs := flag.NewFlagSet("peer-holder", flag.ContinueOnError)
+	kubeconfig := fs.String("kubeconfig", "", "")
+	etcd := fs.String("etcd", "", "")
+	redisAddr := fs.String("redis", "", "")
+	ttl := fs.Duration("ttl", 2*time.Second, "")
+	system := fs.String("system", "", "")
+	key := fs.String("key", "", "")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var sys lockSystem
+	switch *system {
+	case "frontdesk":
+		cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		sys = frontdeskSystem{cs: kubernetes.NewForConfigOrDie(cfg), dyn: dynamic.NewForConfigOrDie(cfg)}
+	case "etcd Mutex":
+		sys = etcdSystem{endpoint: *etcd, ttl: int(*ttl / time.Second)}
+	case "Redis SET NX PX":
+		sys = redisSystem{addr: *redisAddr, ttl: *ttl}
+	default:
+		fmt.Fprintf(os.Stderr, "unknown system %q\n", *system)
+		return 2
+	}
+	c, err := sys.newClient("failover-holder")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	token, _, err := c.acquire(context.Background(), *key)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("held %d\n", token)
+	select {} // hold, renewing in the background, until SIGKILL
+}
+
+// startRedis starts redis-server on a free loopback port, without
+// persistence. It fails with a clear error when redis-server is missing.
+func startRedis(dir string) (string, func(), error) {
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", nil, fmt.Errorf("redis-server not found (Debian package redis-server; `make bench` installs it where it can)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("starting redis-server: %w", err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr, stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, fmt.Errorf("redis-server did not start on %s", addr)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for the server to listen
+	}
+}
+
+func printPeers(out io.Writer, rows []PeerRow, opts PeersOptions) {
+	fmt.Fprintf(out, "\npeers, one run, TTL %s for every system (ops/s: acquire+release per second in all)\n\n", opts.TTL)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	header := "system\tacq+rel p50\tp99\t"
+	for _, n := range opts.Locks {
+		header += fmt.Sprintf("%d locks\t", n)
+	}
+	header += "handoff(10) p50\tp99\tfailover p50\tp99\tmax\tn\tnote\t"
+	fmt.Fprintln(w, header)
+	dash := func(r Row, p float64) string {
+		if len(r.Samples) == 0 {
+			return "-"
+		}
+		return ms(r.Percentile(p))
+	}
+	for _, r := range rows {
+		line := fmt.Sprintf("%s\t%s\t%s\t", r.System, dash(r.Uncontend, 50), dash(r.Uncontend, 99))
+		for _, n := range opts.Locks {
+			if v, ok := r.Throughput[n]; ok {
+				line += fmt.Sprintf("%.0f/s\t", v)
+			} else {
+				line += "-\t"
+			}
+		}
+		line += fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s\t", dash(r.Handoff, 50), dash(r.Handoff, 99),
+			dash(r.Failover, 50), dash(r.Failover, 99), dash(r.Failover, 100), len(r.Failover.Samples), r.Note)
+		fmt.Fprintln(w, line)
+	}
+	_ = w.Flush()
+}
