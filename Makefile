@@ -44,6 +44,7 @@ vet: ## Run go vet.
 
 .PHONY: test
 test: manifests generate fmt vet k8s-binaries ## Run unit and integration tests against a real kube-apiserver and etcd.
+	hack/ensure-redis.sh
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./... -count=1 -timeout 20m $(GO_TEST_FLAGS)
 
 .PHONY: chaos

@@ -39,7 +39,7 @@ func main() {
 	var costSizes string
 	cost := bench.CostOptions{}
 	flag.StringVar(&costSizes, "cost", "", "Instead of latencies, measure the controller's cost with these numbers of locks, e.g. 1000,10000.")
-	flag.IntVar(&cost.RenewalsPerSecond, "cost-renewals", 100, "Renewals per second across all locks while measuring status lag.")
+	flag.IntVar(&cost.RenewalsPerSecond, "cost-renewals", 50, "Renewals per second across all locks while measuring status lag.")
 	flag.DurationVar(&cost.Duration, "cost-duration", 20*time.Second, "How long to renew while measuring status lag.")
 	peers := bench.PeersOptions{Locks: []int{1, 10, 100}}
 	flag.BoolVar(&withPeers, "peers", true, "Also measure etcd's Mutex and Redis side by side (same run, same TTL).")
@@ -47,24 +47,10 @@ func main() {
 	flag.IntVar(&peers.FailoverTrials, "failover-trials", 20, "SIGKILLed holders per system.")
 	flag.Parse()
 	opts.LeaseDurationSeconds = int32(duration)
-	for _, w := range strings.Split(waiters, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(w))
-		if err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "frontdesk-bench: --waiters: %q is not a positive number\n", w)
-			os.Exit(2)
-		}
-		opts.Waiters = append(opts.Waiters, n)
-	}
+	opts.Waiters = positiveInts("waiters", waiters)
 	if costSizes != "" {
 		cost.AssetsDir = opts.AssetsDir
-		for _, f := range strings.Split(costSizes, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				fmt.Fprintf(os.Stderr, "frontdesk-bench: --cost: %q is not a positive number\n", f)
-				os.Exit(2)
-			}
-			cost.Sizes = append(cost.Sizes, n)
-		}
+		cost.Sizes = positiveInts("cost", costSizes)
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	klog.SetLogger(ctrl.Log) // watches cancelled at the end are not errors worth printing
@@ -96,4 +82,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "frontdesk-bench:", err)
 		os.Exit(1)
 	}
+}
+
+// positiveInts parses a comma-separated flag value of positive numbers, or
+// exits saying which part is wrong.
+func positiveInts(flagName, value string) []int {
+	var out []int
+	for _, f := range strings.Split(value, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "frontdesk-bench: --%s: %q is not a positive number\n", flagName, f)
+			os.Exit(2)
+		}
+		out = append(out, n)
+	}
+	return out
 }

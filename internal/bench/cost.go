@@ -208,13 +208,23 @@ func renewAndMeasureLag(ctx context.Context, c client.WithWatch, cs kubernetes.I
 		})
 	}
 	wg.Wait()
-	time.Sleep(3 * time.Second) // let the last status writes arrive; unmatched renewals are reported below
+	// Let the backlog drain: wait until every renewal showed, or 60 s.
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		mu.Lock()
+		pending := len(sent)
+		mu.Unlock()
+		if pending == 0 {
+			break
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(sent) > len(lags)/10 {
-		return Row{}, fmt.Errorf("%d renewals never showed in status (%d did)", len(sent), len(lags))
+	if len(lags) == 0 {
+		return Row{}, fmt.Errorf("none of %d renewals showed in status", len(sent))
 	}
-	return sorted(Row{Name: "status lag", Samples: append([]time.Duration(nil), lags...)}), nil
+	// Renewals that never showed (coalesced into a later one of the same
+	// lock, or still queued after a minute) are reported, not hidden.
+	return sorted(Row{Name: fmt.Sprintf("status lag (%d renewals never showed)", len(sent)), Samples: append([]time.Duration(nil), lags...)}), nil
 }
 
 // processRSS reads VmRSS and VmHWM (peak) of a process, in bytes.
@@ -278,10 +288,10 @@ func printCost(out io.Writer, rows []CostRow, opts CostOptions) {
 	fmt.Fprintf(out, "\ncontroller cost: manager binary as its own process, every lock held, %d renewals/s across them for %s\n\n",
 		opts.RenewalsPerSecond, opts.Duration)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(w, "locks\tsetup (create+grant)\tmanager RSS\tpeak RSS\tstatus lag p50\tp99\tn\t")
+	fmt.Fprintln(w, "locks\tsetup (create+grant)\tmanager RSS\tpeak RSS\tstatus lag p50\tp99\tn\tnote\t")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%d\t%s\t%.0f MiB\t%.0f MiB\t%s\t%s\t%d\t\n", r.Locks, r.Setup.Round(time.Second),
-			float64(r.RSSBytes)/(1<<20), float64(r.PeakRSSBytes)/(1<<20), ms(r.Lag.Percentile(50)), ms(r.Lag.Percentile(99)), len(r.Lag.Samples))
+		fmt.Fprintf(w, "%d\t%s\t%.0f MiB\t%.0f MiB\t%s\t%s\t%d\t%s\t\n", r.Locks, r.Setup.Round(time.Second),
+			float64(r.RSSBytes)/(1<<20), float64(r.PeakRSSBytes)/(1<<20), ms(r.Lag.Percentile(50)), ms(r.Lag.Percentile(99)), len(r.Lag.Samples), r.Lag.Name)
 	}
 	_ = w.Flush()
 }
