@@ -57,6 +57,9 @@ type DistributedLockReconciler struct {
 	Clock clock.PassiveClock
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
+	// SkipNameValidation allows a second controller of this name in the
+	// process (several local environments in one tool).
+	SkipNameValidation bool
 
 	observations *lease.Observer
 	metrics      *lockMetrics
@@ -309,7 +312,7 @@ func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ct
 		For(&locksv1alpha1.DistributedLock{}).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.locksForLease)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.locksForPod)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1), SkipNameValidation: &r.SkipNameValidation}).
 		Named("distributedlock").
 		Complete(r)
 }

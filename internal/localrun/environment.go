@@ -47,6 +47,7 @@ func StartEnvironment(ctx context.Context, opts EnvironmentOptions) (*Environmen
 	mgrOpts.MetricsBindAddress = opts.MetricsBindAddress
 	mgrOpts.SecureMetrics = false
 	mgrOpts.HealthProbeBindAddress = "0"
+	mgrOpts.AllowSeveralInProcess = true // tools may start one environment after another
 	mgrCtx, stopManager := context.WithCancel(ctx)
 	mgr, err := manager.New(mgrCtx, cp.Config, mgrOpts)
 	if err == nil {

@@ -56,6 +56,9 @@ type Options struct {
 	Clock clock.PassiveClock
 	// GracefulShutdownTimeout bounds how long runnables get to stop.
 	GracefulShutdownTimeout time.Duration
+	// AllowSeveralInProcess lets more than one manager run in one process
+	// (benchmarks and tools that start several local environments).
+	AllowSeveralInProcess bool
 }
 
 // DefaultOptions are the defaults main.go's flags start from.
@@ -123,6 +126,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		Recorder:                mgr.GetEventRecorder("frontdesk-controller"),
 		Clock:                   opts.Clock,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+		SkipNameValidation:      opts.AllowSeveralInProcess,
 	}
 	if err := reconciler.SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("setting up distributedlock controller: %w", err)
