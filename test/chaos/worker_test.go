@@ -11,10 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 // workerEnv makes the test binary run as a chaos worker process.
@@ -31,28 +30,20 @@ const workerEnv = "FRONTDESK_CHAOS_WORKER"
 //	done
 func runWorker() int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	kubeconfig := fs.String("kubeconfig", "", "")
-	namespace := fs.String("namespace", "", "")
-	name := fs.String("lock", "", "")
-	url := fs.String("url", "", "")
+	var wf testutil.WorkerFlags
+	wf.Register(fs)
 	increments := fs.Int("increments", 10, "increments to get accepted in all")
 	perGrant := fs.Int("per-grant", 3, "increments per grant")
 	hold := fs.Duration("hold", 0, "how long to keep the lock after the increments of a grant")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	c, err := wf.Client("", 5*time.Second)
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
-	cfg.Timeout = 5 * time.Second
-	c, err := lock.New(cfg, lock.Config{Namespace: *namespace, Name: *name})
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	w := &ledgerClient{url: *url, http: &http.Client{Timeout: 5 * time.Second}}
+	w := &ledgerClient{url: wf.URL, http: &http.Client{Timeout: 5 * time.Second}}
 	done := 0
 	deadline := time.Now().Add(3 * time.Minute)
 	for done < *increments && time.Now().Before(deadline) {

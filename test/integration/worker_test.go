@@ -14,10 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
-	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 // workerEnv makes the test binary run as a lock-holding worker process
@@ -30,20 +28,13 @@ const workerEnv = "FRONTDESK_TEST_WORKER"
 // paused between its check and its write would). It reports on stdout.
 func runWorker() int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	kubeconfig := fs.String("kubeconfig", "", "")
-	namespace := fs.String("namespace", "", "")
-	name := fs.String("lock", "", "")
-	url := fs.String("url", "", "")
+	var wf testutil.WorkerFlags
+	wf.Register(fs)
 	identity := fs.String("identity", "", "")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	if err != nil {
-		fmt.Println("error:", err)
-		return 1
-	}
-	c, err := lock.New(cfg, lock.Config{Namespace: *namespace, Name: *name, Identity: *identity})
+	c, err := wf.Client(*identity, 0)
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
@@ -61,7 +52,7 @@ func runWorker() int {
 		fmt.Printf("lost: %v\n", context.Cause(g.Context()))
 	}()
 	for ctx.Err() == nil {
-		req, _ := http.NewRequest(http.MethodPost, *url, nil)
+		req, _ := http.NewRequest(http.MethodPost, wf.URL, nil)
 		req.Header.Set(fencing.TokenHeader, fmt.Sprint(g.Token()))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
