@@ -5,15 +5,38 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// proxy forwards TCP connections on a loopback port to target. Cut makes it
-// a black hole: open connections stall (bytes are read and dropped) and new
-// ones are accepted and never answered, as a partitioned network would do.
+// faultMode is how a proxy fails the connections through it.
+type faultMode int32
+
+const (
+	// passThrough forwards everything.
+	passThrough faultMode = iota
+	// blackhole reads and drops every byte, and answers nothing, as a
+	// partitioned network does.
+	blackhole
+	// drop resets open connections and refuses new ones.
+	drop
+	// delay holds every chunk back for delayBy before forwarding it.
+	delay
+)
+
+func (m faultMode) String() string {
+	return [...]string{"pass", "blackhole", "drop", "delay"}[m]
+}
+
+// delayBy is how long the delay mode holds data back: longer than any
+// lease in the scenarios, so a delayed holder cannot renew in time.
+const delayBy = 6 * time.Second
+
+// proxy forwards TCP connections on a loopback port to target, failing them
+// in the mode set with fail.
 type proxy struct {
 	ln     net.Listener
 	target string
-	cut    atomic.Bool
+	mode   atomic.Int32
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -43,8 +66,12 @@ func (p *proxy) serve() {
 }
 
 func (p *proxy) handle(c net.Conn) {
-	if p.cut.Load() {
-		_, _ = io.Copy(io.Discard, c) // black hole
+	switch faultMode(p.mode.Load()) {
+	case blackhole:
+		_, _ = io.Copy(io.Discard, c)
+		return
+	case drop:
+		resetConn(c)
 		return
 	}
 	up, err := net.Dial("tcp", p.target)
@@ -57,12 +84,23 @@ func (p *proxy) handle(c net.Conn) {
 	p.pipe(c, up)
 }
 
-// pipe copies src to dst until either closes, dropping bytes while cut.
+// pipe copies src to dst until either closes, failing the bytes as the
+// mode says.
 func (p *proxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32*1024)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.cut.Load() {
+		if n > 0 {
+			switch faultMode(p.mode.Load()) {
+			case blackhole:
+				continue
+			case drop:
+				resetConn(src)
+				resetConn(dst)
+				return
+			case delay:
+				time.Sleep(delayBy) // the network holds the data back
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				break
 			}
@@ -73,6 +111,27 @@ func (p *proxy) pipe(dst, src net.Conn) {
 	}
 	dst.Close()
 	src.Close()
+}
+
+// fail switches the proxy to mode; drop also resets every open connection.
+func (p *proxy) fail(mode faultMode) {
+	p.mode.Store(int32(mode))
+	if mode == drop {
+		p.mu.Lock()
+		for _, c := range p.conns {
+			resetConn(c)
+		}
+		p.conns = nil
+		p.mu.Unlock()
+	}
+}
+
+// resetConn closes c with a TCP reset rather than a FIN.
+func resetConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	c.Close()
 }
 
 func (p *proxy) track(c net.Conn) {
@@ -90,7 +149,7 @@ func (p *proxy) restore() {
 	}
 	p.conns = nil
 	p.mu.Unlock()
-	p.cut.Store(false)
+	p.mode.Store(int32(passThrough))
 }
 
 func (p *proxy) close() {

@@ -94,17 +94,19 @@ func TestLeaseDeletedAndEditedByHand(t *testing.T) {
 		}})
 }
 
-// A holder cut off from the apiserver (its TCP connections black-holed)
-// cannot renew; it must give the lock up (Lost, Context cancelled) before
-// the lock is granted to anyone else.
+// A holder cut off from the apiserver by a TCP proxy (black-holed, dropped
+// with resets, or delayed past the lease) cannot renew; it must give the
+// lock up (Lost, Context cancelled) before the lock is granted elsewhere.
 func TestClientCutOffFromTheAPIServer(t *testing.T) {
-	runScenario(t, scenario{workers: 3, increments: size(4, 20), perGrant: 2, hold: 1500 * time.Millisecond, ttl: 3, proxied: true,
+	runScenario(t, scenario{workers: 3, increments: size(6, 20), perGrant: 2, hold: 1500 * time.Millisecond, ttl: 3, proxied: true,
 		inject: func(t *testing.T, r *runState) {
-			for range size(1, 3) {
+			modes := []faultMode{blackhole, drop, delay}
+			for i := range size(len(modes), 2*len(modes)) {
+				mode := modes[i%len(modes)]
 				var cut int
 				var token int64
 				waitFor(t, time.Minute, "a holder", func() bool { cut, token = r.holderWorker(); return cut >= 0 })
-				r.proxies[cut].cut.Store(true)
+				r.proxies[cut].fail(mode)
 				waitFor(t, time.Minute, "a takeover", func() bool { _, tok := r.holderWorker(); return tok > token })
 				r.proxies[cut].restore()
 				waitFor(t, 30*time.Second, "the next holder to report its grant", func() bool {
@@ -120,8 +122,8 @@ func TestClientCutOffFromTheAPIServer(t *testing.T) {
 				case lostAt >= grantedAt:
 					t.Errorf("%s gave token %d up %s after the next grant", r.workers[cut].name, token, time.Duration(lostAt-grantedAt))
 				default:
-					t.Logf("%s cut off holding token %d; gave it up %s before the next grant",
-						r.workers[cut].name, token, time.Duration(grantedAt-lostAt).Round(time.Millisecond))
+					t.Logf("%s cut off (%s) holding token %d; gave it up %s before the next grant",
+						r.workers[cut].name, mode, token, time.Duration(grantedAt-lostAt).Round(time.Millisecond))
 				}
 			}
 		}})
