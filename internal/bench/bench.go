@@ -9,8 +9,6 @@ import (
 	"io"
 	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -161,77 +159,20 @@ func measureUncontended(ctx context.Context, cs kubernetes.Interface, env *local
 	}, nil
 }
 
-// measureHandoff keeps one holder and `waiters` clients blocked in Acquire.
-// Each holder releases at once. Two latencies are recorded per handoff: from
-// the start of the holder's Release call, and from its return (the lock is
-// free), to the next waiter holding the lock. A releaser waits for the next
-// grant before it queues again, so every handoff goes to a waiter.
+// measureHandoff keeps one holder and `waiters` clients of the library
+// blocked in Acquire on lock name (see handoff).
 func measureHandoff(ctx context.Context, cs kubernetes.Interface, env *localrun.Environment, name string, waiters, handoffs int) ([]Row, error) {
-	base := time.Now()
-	var releaseStarted, releaseDone atomic.Int64 // since base; 0 = no release yet
-	var grants atomic.Int64
-	var mu sync.Mutex
-	fromStart := make([]time.Duration, 0, handoffs)
-	fromDone := make([]time.Duration, 0, handoffs)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, waiters+1)
-	var wg sync.WaitGroup
-	for i := range waiters + 1 {
-		c, err := newClient(cs, env, name, fmt.Sprintf("waiter-%d", i))
-		if err != nil {
-			return nil, err
-		}
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				g, err := c.Acquire(ctx)
-				if err != nil {
-					if ctx.Err() == nil {
-						errs <- fmt.Errorf("handoff acquire: %w", err)
-						cancel()
-					}
-					return
-				}
-				now := time.Since(base)
-				got := grants.Add(1)
-				if started := releaseStarted.Load(); started != 0 {
-					mu.Lock()
-					fromStart = append(fromStart, now-time.Duration(started))
-					fromDone = append(fromDone, now-time.Duration(releaseDone.Load()))
-					if len(fromStart) >= handoffs {
-						cancel()
-					}
-					mu.Unlock()
-				}
-				releaseStarted.Store(int64(time.Since(base)))
-				if err := g.Release(context.Background()); err != nil {
-					errs <- fmt.Errorf("handoff release: %w", err)
-					cancel()
-					return
-				}
-				releaseDone.Store(int64(time.Since(base)))
-				for grants.Load() == got && ctx.Err() == nil {
-					time.Sleep(time.Millisecond) // let a waiter take it before queueing again
-				}
-			}
-		})
-		if i == 0 {
-			for grants.Load() == 0 && ctx.Err() == nil { // the first holder, before the others queue
-				time.Sleep(time.Millisecond)
-			}
-		}
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
+	dyn, err := dynamicFor(env)
+	if err != nil {
 		return nil, err
-	default:
 	}
-	n := min(len(fromStart), handoffs)
-	return []Row{
-		sorted(Row{Name: fmt.Sprintf("handoff, %d waiters: Release returned → next holds", waiters), Samples: fromDone[:n]}),
-		sorted(Row{Name: fmt.Sprintf("handoff, %d waiters: Release called → next holds", waiters), Samples: fromStart[:n]}),
-	}, nil
+	h, err := handoff(ctx, frontdeskSystem{cs: cs, dyn: dyn}, name, waiters, handoffs)
+	if err != nil {
+		return nil, err
+	}
+	h.fromDone.Name = fmt.Sprintf("handoff, %d waiters: Release returned → next holds", waiters)
+	h.fromStart.Name = fmt.Sprintf("handoff, %d waiters: Release called → next holds", waiters)
+	return []Row{h.fromDone, h.fromStart}, nil
 }
 
 func newClient(cs kubernetes.Interface, env *localrun.Environment, name, identity string) (*lock.Client, error) {

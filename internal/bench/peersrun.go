@@ -172,9 +172,11 @@ func measurePeer(ctx context.Context, sys lockSystem, opts PeersOptions, holderA
 		row.Note = "no waiting or expiry: uncontended floor only"
 		return row, nil
 	}
-	if row.Handoff, err = handoff(ctx, sys, 10, opts.Handoffs); err != nil {
+	h, err := handoff(ctx, sys, "handoff", 10, opts.Handoffs)
+	if err != nil {
 		return row, err
 	}
+	row.Handoff = h.fromDone
 	if row.Failover, err = failover(ctx, sys, opts, holderArgs); err != nil {
 		return row, err
 	}
@@ -217,27 +219,34 @@ func throughput(ctx context.Context, sys lockSystem, n int, d time.Duration) (fl
 	return float64(ops.Load()) / d.Seconds(), nil
 }
 
-// handoff: waiters+1 clients on one lock; each holder releases at once and
-// waits for the next grant before queueing again. Measured from Release's
-// return to the next holder's Acquire return.
-func handoff(ctx context.Context, sys lockSystem, waiters, handoffs int) (Row, error) {
+// handoffRows are the two latencies of each handoff: from the holder's
+// Release returning (the lock is free), and from its call (the release
+// write included), to the next holder's Acquire returning.
+type handoffRows struct {
+	fromDone, fromStart Row
+}
+
+// handoff: waiters+1 clients on lock key; each holder releases at once and
+// waits for the next grant before queueing again, so every handoff goes to
+// a waiter.
+func handoff(ctx context.Context, sys lockSystem, key string, waiters, handoffs int) (handoffRows, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	base := time.Now()
-	var releasedAt, grants atomic.Int64
+	var releaseStarted, releaseDone, grants atomic.Int64 // times since base; 0 = no release yet
 	var mu sync.Mutex
-	var samples []time.Duration
+	var fromStart, fromDone []time.Duration
 	errs := make(chan error, waiters+1)
 	var wg sync.WaitGroup
 	for i := range waiters + 1 {
-		c, err := sys.newClient(fmt.Sprintf("handoff-%d", i))
+		c, err := sys.newClient(fmt.Sprintf("waiter-%d", i))
 		if err != nil {
-			return Row{}, err
+			return handoffRows{}, err
 		}
 		wg.Go(func() {
 			defer c.close()
 			for ctx.Err() == nil {
-				_, release, err := c.acquire(ctx, "handoff")
+				_, release, err := c.acquire(ctx, key)
 				if err != nil {
 					if ctx.Err() == nil {
 						errs <- err
@@ -247,27 +256,29 @@ func handoff(ctx context.Context, sys lockSystem, waiters, handoffs int) (Row, e
 				}
 				now := time.Since(base)
 				got := grants.Add(1)
-				if rel := releasedAt.Load(); rel != 0 {
+				if started := releaseStarted.Load(); started != 0 {
 					mu.Lock()
-					samples = append(samples, now-time.Duration(rel))
-					if len(samples) >= handoffs {
+					fromStart = append(fromStart, now-time.Duration(started))
+					fromDone = append(fromDone, now-time.Duration(releaseDone.Load()))
+					if len(fromStart) >= handoffs {
 						cancel()
 					}
 					mu.Unlock()
 				}
+				releaseStarted.Store(int64(time.Since(base)))
 				if err := release(context.Background()); err != nil {
 					errs <- err
 					cancel()
 					return
 				}
-				releasedAt.Store(int64(time.Since(base)))
+				releaseDone.Store(int64(time.Since(base)))
 				for grants.Load() == got && ctx.Err() == nil {
 					time.Sleep(time.Millisecond) // let a waiter take it before queueing again
 				}
 			}
 		})
 		if i == 0 {
-			for grants.Load() == 0 && ctx.Err() == nil {
+			for grants.Load() == 0 && ctx.Err() == nil { // the first holder, before the others queue
 				time.Sleep(time.Millisecond)
 			}
 		}
@@ -275,10 +286,11 @@ func handoff(ctx context.Context, sys lockSystem, waiters, handoffs int) (Row, e
 	wg.Wait()
 	select {
 	case err := <-errs:
-		return Row{}, err
+		return handoffRows{}, err
 	default:
 	}
-	return sorted(Row{Samples: samples[:min(len(samples), handoffs)]}), nil
+	n := min(len(fromStart), handoffs)
+	return handoffRows{fromDone: sorted(Row{Samples: fromDone[:n]}), fromStart: sorted(Row{Samples: fromStart[:n]})}, nil
 }
 
 // failover: a holder process takes the lock and keeps it (renewing where
