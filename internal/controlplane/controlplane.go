@@ -24,6 +24,9 @@ type Options struct {
 	CRDDir string
 	// KubeconfigPath, when set, is where an admin kubeconfig is written.
 	KubeconfigPath string
+	// Configure, when set, adjusts the environment just before it starts:
+	// the fault suite uses it to make etcd one member of a cluster.
+	Configure func(*envtest.Environment)
 }
 
 // ControlPlane is a running local etcd + kube-apiserver.
@@ -41,7 +44,7 @@ type ControlPlane struct {
 // Start launches etcd and kube-apiserver and installs the CRDs. It fails
 // with a clear message when the binaries have not been built.
 func Start(opts Options) (*ControlPlane, error) {
-	assets, err := resolveAssets(opts.AssetsDir)
+	assets, err := Assets(opts.AssetsDir)
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +62,9 @@ func Start(opts Options) (*ControlPlane, error) {
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
+	}
+	if opts.Configure != nil {
+		opts.Configure(env)
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -91,8 +97,10 @@ func (c *ControlPlane) Stop() error {
 	return nil
 }
 
-// resolveAssets finds the directory with the control-plane binaries.
-func resolveAssets(dir string) (string, error) {
+// Assets finds the directory with the control-plane binaries: dir, else
+// $KUBEBUILDER_ASSETS, else bin/k8s under the repository root. It fails
+// with a clear message when the binaries have not been built.
+func Assets(dir string) (string, error) {
 	if dir == "" {
 		dir = os.Getenv("KUBEBUILDER_ASSETS")
 	}

@@ -133,7 +133,11 @@ func (c *Client) attempt(ctx context.Context, info lockInfo, cand candidate, wai
 		case err == nil:
 			c.remember(updated)
 			c.observer.Observe(info.leaseName, lease.RecordOf(updated), start)
-			return newGrant(c, info, updated, start), waitHint{}, nil
+			g := newGrant(c, info, updated, start)
+			if late := answeredTooLate(g, start); late != nil {
+				return nil, waitHint{resourceVersion: updated.ResourceVersion, deadline: c.cfg.Clock.Now().Add(info.duration)}, late
+			}
+			return g, waitHint{}, nil
 		case apierrors.IsConflict(err) && waiting && cand.verified:
 			return nil, hint, errContended
 		case apierrors.IsConflict(err):
@@ -145,6 +149,22 @@ func (c *Client) attempt(ctx context.Context, info lockInfo, cand candidate, wai
 	}
 	return nil, waitHint{deadline: c.cfg.Clock.Now().Add(info.duration)},
 		fmt.Errorf("%w: lost %d compare-and-swap races in a row on lease %s/%s", ErrHeld, maxCASAttempts, c.cfg.Namespace, info.leaseName)
+}
+
+// answeredTooLate ends a grant whose answer came back after its safe
+// window (a slow or held-back network, a pause right after the request):
+// others may already have taken the lock over, so it is never handed to the
+// caller. The Lease, granted to this identity, is left to expire; the
+// error matches ErrHeld, so Acquire waits on.
+func answeredTooLate(g *Grant, requestStart time.Time) error {
+	clk := g.client.cfg.Clock
+	if clk.Now().Before(g.ValidUntil()) {
+		return nil
+	}
+	err := fmt.Errorf("%w: the grant of lock %s with token %d came back %s after the request, past its safe window; it is left to expire",
+		ErrHeld, g.Lock(), g.Token(), clk.Since(requestStart).Round(time.Millisecond))
+	g.lose(err)
+	return err
 }
 
 // grantable checks that the Lease is the lock's own, in service: controlled

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,67 +16,70 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 var (
-	restartedMu sync.Mutex
-	// restarted is the kube-apiserver this suite started in place of the
-	// one envtest started; TestMain kills it before stopping etcd.
-	restarted *exec.Cmd
+	startedMu sync.Mutex
+	// started are the control-plane processes this suite started itself
+	// (restarted and second kube-apiservers, etcd members); TestMain kills
+	// them before envtest stops its own.
+	started []*exec.Cmd
 )
 
-// restartAPIServer SIGKILLs the running kube-apiserver and starts it again
-// with the same command line, then waits until it answers.
-func restartAPIServer(t *testing.T) {
-	t.Helper()
-	pid, argv, err := findAPIServer()
+// startTracked starts a control-plane process that killStarted will end.
+// Its output is appended to <name>.log in the suite's work directory.
+func startTracked(name string, argv []string) (*exec.Cmd, error) {
+	log, err := os.OpenFile(filepath.Join(workDir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("opening the log of %s: %w", name, err)
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing kube-apiserver %d: %v", pid, err)
-	}
-	waitFor(t, 30*time.Second, "kube-apiserver to die", func() bool { return syscall.Kill(pid, 0) != nil || isZombie(pid) })
-	time.Sleep(time.Second) // stay down a moment, as a crashed apiserver does; recovery is checked below
+	defer log.Close() // the child holds its own descriptor
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("restarting kube-apiserver: %v", err)
+		return nil, fmt.Errorf("starting %s: %w", filepath.Base(argv[0]), err)
 	}
-	restartedMu.Lock()
-	if restarted != nil {
-		_ = restarted.Wait()
-	}
-	restarted = cmd
-	restartedMu.Unlock()
-	waitFor(t, time.Minute, "the restarted kube-apiserver to answer", func() bool {
-		_, err := clientset.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{})
-		return err == nil
-	})
-	t.Logf("kube-apiserver %d SIGKILLed and restarted as %d", pid, cmd.Process.Pid)
+	startedMu.Lock()
+	started = append(started, cmd)
+	startedMu.Unlock()
+	return cmd, nil
 }
 
-// stopRestartedAPIServer is called by TestMain before envtest stops etcd.
-func stopRestartedAPIServer() {
-	restartedMu.Lock()
-	defer restartedMu.Unlock()
-	if restarted != nil {
-		_ = restarted.Process.Kill()
-		_ = restarted.Wait()
+// killStarted kills and reaps every process startTracked started.
+func killStarted() {
+	startedMu.Lock()
+	defer startedMu.Unlock()
+	for _, cmd := range started {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 	}
+	started = nil
 }
 
-// findAPIServer finds the kube-apiserver process serving this suite: a
-// child of this process (envtest's) or the one started by restartAPIServer.
-func findAPIServer() (int, []string, error) {
-	restartedMu.Lock()
-	if restarted != nil {
-		defer restartedMu.Unlock()
-		return restarted.Process.Pid, restarted.Args, nil
+// apiServer is a kube-apiserver process the suite can kill and start again
+// with the same command line.
+type apiServer struct {
+	pid  int
+	argv []string
+	cmd  *exec.Cmd // nil while it is envtest's process
+}
+
+// portOf returns the port of an https://host:port address.
+func portOf(host string) (string, error) {
+	u, err := url.Parse(host)
+	if err != nil {
+		return "", fmt.Errorf("parsing apiserver address %q: %w", host, err)
 	}
-	restartedMu.Unlock()
+	return u.Port(), nil
+}
+
+// findAPIServer finds the kube-apiserver child of this process that serves
+// on port.
+func findAPIServer(port string) (*apiServer, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	self := os.Getpid()
 	for _, e := range entries {
@@ -88,12 +92,92 @@ func findAPIServer() (int, []string, error) {
 			continue
 		}
 		argv := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if filepath.Base(argv[0]) != "kube-apiserver" || parentOf(pid) != self {
+		if filepath.Base(argv[0]) != "kube-apiserver" || parentOf(pid) != self || securePort(argv) != port {
 			continue
 		}
-		return pid, argv, nil
+		a := &apiServer{pid: pid, argv: argv}
+		startedMu.Lock()
+		for _, cmd := range started {
+			if cmd.Process.Pid == pid {
+				a.cmd = cmd
+			}
+		}
+		startedMu.Unlock()
+		return a, nil
 	}
-	return 0, nil, fmt.Errorf("no kube-apiserver child of process %d found", self)
+	return nil, fmt.Errorf("no kube-apiserver child of process %d serves on port %s", self, port)
+}
+
+// securePort reads --secure-port from a kube-apiserver command line.
+func securePort(argv []string) string {
+	for i, a := range argv {
+		if v, ok := strings.CutPrefix(a, "--secure-port="); ok {
+			return v
+		}
+		if a == "--secure-port" && i+1 < len(argv) {
+			return argv[i+1]
+		}
+	}
+	return ""
+}
+
+// withPort is the same command line serving on another port: a second
+// kube-apiserver sharing the first one's etcd, certificates and keys.
+func (a *apiServer) withPort(port string) *apiServer {
+	argv := make([]string, 0, len(a.argv))
+	for _, arg := range a.argv {
+		if strings.HasPrefix(arg, "--secure-port=") {
+			arg = "--secure-port=" + port
+		}
+		argv = append(argv, arg)
+	}
+	return &apiServer{argv: argv}
+}
+
+// kill SIGKILLs the apiserver and waits until it is gone.
+func (a *apiServer) kill(t *testing.T) {
+	t.Helper()
+	if err := syscall.Kill(a.pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing kube-apiserver %d: %v", a.pid, err)
+	}
+	if a.cmd != nil {
+		_ = a.cmd.Wait()
+		return
+	}
+	waitFor(t, 30*time.Second, "kube-apiserver to die", func() bool { return syscall.Kill(a.pid, 0) != nil || isZombie(a.pid) })
+}
+
+// start runs the command line (again) and waits until it answers cs.
+func (a *apiServer) start(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	cmd, err := startTracked("kube-apiserver-"+securePort(a.argv), a.argv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.cmd, a.pid = cmd, cmd.Process.Pid
+	waitFor(t, time.Minute, "kube-apiserver to answer", func() bool {
+		_, err := cs.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{})
+		return err == nil
+	})
+}
+
+// restartAPIServer SIGKILLs the cluster's kube-apiserver and starts it again
+// with the same command line, then waits until it answers.
+func restartAPIServer(t *testing.T, c *cluster) {
+	t.Helper()
+	port, err := portOf(c.cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := findAPIServer(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := a.pid
+	a.kill(t)
+	time.Sleep(time.Second) // stay down a moment, as a crashed apiserver does; recovery is checked below
+	a.start(t, c.clientset)
+	t.Logf("kube-apiserver %d SIGKILLed and restarted as %d", old, a.pid)
 }
 
 func parentOf(pid int) int {

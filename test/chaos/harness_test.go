@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
@@ -35,15 +36,58 @@ import (
 )
 
 var (
+	// suite is the control plane most scenarios run on: one etcd, one
+	// kube-apiserver, two manager replicas.
+	suite         *cluster
+	workDir       string
+	managerBinary string
+	long          = os.Getenv("FRONTDESK_CHAOS") == "long"
+)
+
+// cluster is a control plane, clients of it, and two replicas of the
+// manager binary running against it.
+type cluster struct {
+	// name tells the manager replicas of different clusters apart.
+	name string
+	// kubeconfigPath is the admin kubeconfig managers, workers and the
+	// checks use; it may point at a load balancer rather than an apiserver.
+	kubeconfigPath string
 	cfg            *rest.Config
 	k8sClient      client.Client
 	clientset      kubernetes.Interface
-	kubeconfigPath string
-	workDir        string
 	managers       [2]*process
-	managerBinary  string
-	long           = os.Getenv("FRONTDESK_CHAOS") == "long"
-)
+}
+
+// newCluster builds the clients for the kubeconfig and starts the managers.
+func newCluster(name, kubeconfig string) (*cluster, error) {
+	c := &cluster{name: name, kubeconfigPath: kubeconfig}
+	var err error
+	if c.cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		return nil, fmt.Errorf("loading %s: %w", kubeconfig, err)
+	}
+	c.cfg.QPS = -1
+	if c.k8sClient, err = client.New(c.cfg, client.Options{Scheme: manager.NewScheme()}); err != nil {
+		return nil, err
+	}
+	if c.clientset, err = kubernetes.NewForConfig(c.cfg); err != nil {
+		return nil, err
+	}
+	for i := range c.managers {
+		if c.managers[i], err = c.startManager(i); err != nil {
+			c.stopManagers()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *cluster) stopManagers() {
+	for _, p := range c.managers {
+		if p != nil {
+			p.kill()
+		}
+	}
+}
 
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) != "" {
@@ -59,25 +103,17 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(workDir)
-	kubeconfigPath = filepath.Join(workDir, "kubeconfig")
-	cp, err := controlplane.Start(controlplane.Options{KubeconfigPath: kubeconfigPath})
+	defer killStarted()
+	kubeconfig := filepath.Join(workDir, "kubeconfig")
+	cp, err := controlplane.Start(controlplane.Options{KubeconfigPath: kubeconfig})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer func() {
-		stopRestartedAPIServer()
+		killStarted() // a restarted kube-apiserver goes before envtest stops etcd
 		_ = cp.Stop()
 	}()
-	cfg = cp.Config
-	if k8sClient, err = client.New(cfg, client.Options{Scheme: manager.NewScheme()}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if clientset, err = kubernetes.NewForConfig(cfg); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -88,25 +124,19 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "building the manager: %v\n%s", err, out)
 		return 1
 	}
-	for i := range managers {
-		if managers[i], err = startManager(i); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
+	if suite, err = newCluster("suite", kubeconfig); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	defer func() {
-		for _, p := range managers {
-			p.kill()
-		}
-	}()
+	defer suite.stopManagers()
 	return m.Run()
 }
 
 // startManager runs replica i of the real manager binary, with leader
 // election tuned so a standby takes over within a few seconds.
-func startManager(i int) (*process, error) {
-	return startProcess(fmt.Sprintf("manager-%d", i), []string{managerBinary,
-		"--kubeconfig", kubeconfigPath, "--leader-elect", "--leader-election-namespace", "default",
+func (c *cluster) startManager(i int) (*process, error) {
+	return startProcess(fmt.Sprintf("%s-manager-%d", c.name, i), []string{managerBinary,
+		"--kubeconfig", c.kubeconfigPath, "--leader-elect", "--leader-election-namespace", "default",
 		"--leader-election-id", "frontdesk-chaos", "--leader-election-lease-duration", "4s",
 		"--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "500ms",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, nil, io.Discard)
@@ -168,9 +198,11 @@ type scenario struct {
 	perGrant   int
 	hold       time.Duration // how long workers keep each grant after their increments
 	ttl        int32
-	// proxied workers reach the apiserver through a TCP proxy the fault
-	// can cut.
-	proxied bool
+	// cluster is where the scenario runs; nil means the suite's.
+	cluster *cluster
+	// workerKubeconfig, when set, gives worker i's kubeconfig; the default
+	// is the cluster's.
+	workerKubeconfig func(t *testing.T, r *runState, i int) string
 	// inject runs while the workers work; it returns once its faults are
 	// over.
 	inject func(t *testing.T, r *runState)
@@ -178,6 +210,7 @@ type scenario struct {
 
 // runState is a scenario in progress.
 type runState struct {
+	c       *cluster
 	ns      string
 	lock    string
 	ledger  *ledger
@@ -186,10 +219,10 @@ type runState struct {
 	history *testutil.LeaseHistory
 }
 
-func newNamespace(t *testing.T) string {
+func newNamespace(t *testing.T, c *cluster) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "chaos-"}}
-	if err := k8sClient.Create(context.Background(), ns); err != nil {
+	if err := c.k8sClient.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
 	return ns.Name
@@ -199,7 +232,7 @@ func newNamespace(t *testing.T) string {
 // now (by the Lease's holder identity, whose pod part is the worker name),
 // or -1.
 func (r *runState) holderWorker() (int, int64) {
-	lease, err := clientset.CoordinationV1().Leases(r.ns).Get(context.Background(), r.lock, metav1.GetOptions{})
+	lease, err := r.c.clientset.CoordinationV1().Leases(r.ns).Get(context.Background(), r.lock, metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil {
 		return -1, 0
 	}
@@ -215,13 +248,32 @@ func (r *runState) holderWorker() (int, int64) {
 // waitFor polls cond every 50ms until it holds or timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !poll(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+// poll is waitFor without the failure: it reports whether cond came true
+// within timeout.
+func poll(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			return false
 		}
 		time.Sleep(50 * time.Millisecond) // polling interval
 	}
+	return true
+}
+
+// finished reports whether worker i has made all its increments.
+func (r *runState) finished(i int) bool {
+	for _, ev := range parseEvents(i, r.workers[i].output()) {
+		if ev.kind == "done" {
+			return true
+		}
+	}
+	return false
 }
 
 // parseEvents reads a worker's acquire/release/lost lines.

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"io"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -31,23 +32,26 @@ func (m faultMode) String() string {
 // lease in the scenarios, so a delayed holder cannot renew in time.
 const delayBy = 6 * time.Second
 
-// proxy forwards TCP connections on a loopback port to target, failing them
-// in the mode set with fail.
+// proxy forwards TCP connections on a loopback port to the first of its
+// targets that accepts them, failing them in the mode set with fail. With
+// several targets it is a load balancer with failover, as in front of an
+// HA control plane.
 type proxy struct {
-	ln     net.Listener
-	target string
-	mode   atomic.Int32
+	ln      net.Listener
+	targets []string
+	mode    atomic.Int32
 
-	mu    sync.Mutex
-	conns []net.Conn
+	mu     sync.Mutex
+	conns  []net.Conn
+	dialed map[string]int // connections forwarded, by target
 }
 
-func newProxy(target string) (*proxy, error) {
+func newProxy(targets ...string) (*proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{ln: ln, target: target}
+	p := &proxy{ln: ln, targets: targets, dialed: map[string]int{}}
 	go p.serve()
 	return p, nil
 }
@@ -74,7 +78,7 @@ func (p *proxy) handle(c net.Conn) {
 		resetConn(c)
 		return
 	}
-	up, err := net.Dial("tcp", p.target)
+	up, err := p.dial()
 	if err != nil {
 		c.Close()
 		return
@@ -82,6 +86,28 @@ func (p *proxy) handle(c net.Conn) {
 	p.track(up)
 	go p.pipe(up, c)
 	p.pipe(c, up)
+}
+
+// dial connects to the first target that accepts.
+func (p *proxy) dial() (net.Conn, error) {
+	var err error
+	for _, target := range p.targets {
+		var up net.Conn
+		if up, err = net.DialTimeout("tcp", target, time.Second); err == nil {
+			p.mu.Lock()
+			p.dialed[target]++
+			p.mu.Unlock()
+			return up, nil
+		}
+	}
+	return nil, err
+}
+
+// dialCounts is how many connections went to each target so far.
+func (p *proxy) dialCounts() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.dialed)
 }
 
 // pipe copies src to dst until either closes, failing the bytes as the

@@ -49,10 +49,10 @@ func TestManagerKilledStandbyTakesOver(t *testing.T) {
 		inject: func(t *testing.T, r *runState) {
 			for i := range size(2, 6) {
 				time.Sleep(time.Second) // let the workers make progress between kills
-				m := i % len(managers)
-				managers[m].kill()
+				m := i % len(r.c.managers)
+				r.c.managers[m].kill()
 				var err error
-				if managers[m], err = startManager(m); err != nil {
+				if r.c.managers[m], err = r.c.startManager(m); err != nil {
 					t.Fatal(err)
 				}
 				t.Logf("SIGKILLed and restarted manager-%d", m)
@@ -64,7 +64,7 @@ func TestLeaseDeletedAndEditedByHand(t *testing.T) {
 	runScenario(t, scenario{workers: 3, increments: size(6, 30), perGrant: 2, ttl: 2,
 		inject: func(t *testing.T, r *runState) {
 			ctx := context.Background()
-			leases := clientset.CoordinationV1().Leases(r.ns)
+			leases := r.c.clientset.CoordinationV1().Leases(r.ns)
 			waitFor(t, time.Minute, "a few grants", func() bool { _, tok := r.holderWorker(); return tok >= 2 })
 			old, err := leases.Get(ctx, r.lock, metav1.GetOptions{})
 			if err != nil {
@@ -86,7 +86,7 @@ func TestLeaseDeletedAndEditedByHand(t *testing.T) {
 					return false
 				}
 				l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) - 2)
-				l.Spec.HolderIdentity = ptr.To("someone-by-hand")
+				l.Spec.HolderIdentity = ptr.To(handEditor)
 				_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 				return err == nil
 			})
@@ -98,7 +98,8 @@ func TestLeaseDeletedAndEditedByHand(t *testing.T) {
 // with resets, or delayed past the lease) cannot renew; it must give the
 // lock up (Lost, Context cancelled) before the lock is granted elsewhere.
 func TestClientCutOffFromTheAPIServer(t *testing.T) {
-	runScenario(t, scenario{workers: 3, increments: size(6, 20), perGrant: 2, hold: 1500 * time.Millisecond, ttl: 3, proxied: true,
+	runScenario(t, scenario{workers: 3, increments: size(6, 20), perGrant: 2, hold: 1500 * time.Millisecond, ttl: 3,
+		workerKubeconfig: proxiedWorker,
 		inject: func(t *testing.T, r *runState) {
 			modes := []faultMode{blackhole, drop, delay}
 			for i := range size(len(modes), 2*len(modes)) {
@@ -109,48 +110,68 @@ func TestClientCutOffFromTheAPIServer(t *testing.T) {
 				r.proxies[cut].fail(mode)
 				waitFor(t, time.Minute, "a takeover", func() bool { _, tok := r.holderWorker(); return tok > token })
 				r.proxies[cut].restore()
-				waitFor(t, 30*time.Second, "the next holder to report its grant", func() bool {
-					_, grantedAt := lossAndNextGrant(r, cut, token)
-					return grantedAt != 0
-				})
-				lostAt, grantedAt := lossAndNextGrant(r, cut, token)
-				switch {
-				case lostAt == 0:
-					t.Errorf("%s was cut off holding token %d and its grant never ended", r.workers[cut].name, token)
-				case grantedAt == 0:
-					t.Errorf("no worker reports the grant after token %d", token)
-				case lostAt >= grantedAt:
-					t.Errorf("%s gave token %d up %s after the next grant", r.workers[cut].name, token, time.Duration(lostAt-grantedAt))
-				default:
-					t.Logf("%s cut off (%s) holding token %d; gave it up %s before the next grant",
-						r.workers[cut].name, mode, token, time.Duration(grantedAt-lostAt).Round(time.Millisecond))
-				}
+				checkGaveUpFirst(t, r, cut, token, mode.String())
 			}
 		}})
 }
 
-// lossAndNextGrant finds when worker `cut` stopped believing it held the
-// grant of token (its Context ended: lost, or released), and when the next
-// grant (a higher token) was returned to any worker; wall-clock ns (one
-// machine's clock), 0 if not seen.
-func lossAndNextGrant(r *runState, cut int, token int64) (int64, int64) {
-	var lostAt, acquiredAt, grantedAt int64
-	for _, ev := range parseEvents(cut, r.workers[cut].output()) {
-		if ev.kind == "acquire" && ev.token == token {
-			acquiredAt = ev.ret
+// checkGaveUpFirst waits for the grant after token and checks that worker
+// `cut`, which the Lease named as holder of token when it was cut off
+// (how), gave it up before that grant was returned, or never learnt it
+// had it (the fault swallowed the answer to its acquire).
+func checkGaveUpFirst(t *testing.T, r *runState, cut int, token int64, how string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "the next holder to report its grant", func() bool {
+		return lossAndNextGrant(r, cut, token).grantedAt != 0
+	})
+	// The cut worker's lines come through a pipe, and a held-back answer
+	// can still arrive (delay mode): give both time to show.
+	poll(delayBy+time.Second, func() bool {
+		ev := lossAndNextGrant(r, cut, token)
+		return ev.acquiredAt != 0 && ev.lostAt != 0
+	})
+	ev := lossAndNextGrant(r, cut, token)
+	name := r.workers[cut].name
+	switch {
+	case ev.acquiredAt == 0:
+		t.Logf("%s cut off (%s) as the Lease granted it token %d; the answer never reached it, so it never held it", name, how, token)
+	case ev.lostAt == 0:
+		t.Errorf("%s was cut off holding token %d and its grant never ended", name, token)
+	case ev.lostAt >= ev.grantedAt:
+		t.Errorf("%s gave token %d up %s after the next grant", name, token, time.Duration(ev.lostAt-ev.grantedAt))
+	default:
+		t.Logf("%s cut off (%s) holding token %d; gave it up %s before the next grant",
+			name, how, token, time.Duration(ev.grantedAt-ev.lostAt).Round(time.Millisecond))
+	}
+}
+
+// grantEnd is when a worker's grant of a token was returned to it and when
+// it stopped believing it held it, and when the next grant (a higher token)
+// was returned to any worker; wall-clock ns (one machine's clock), 0 if not
+// seen.
+type grantEnd struct {
+	acquiredAt, lostAt, grantedAt int64
+}
+
+// lossAndNextGrant reads the workers' lines for worker cut's grant of token.
+func lossAndNextGrant(r *runState, cut int, token int64) grantEnd {
+	var ev grantEnd
+	for _, e := range parseEvents(cut, r.workers[cut].output()) {
+		if e.kind == "acquire" && e.token == token {
+			ev.acquiredAt = e.ret
 		}
-		if ev.kind == "end" && acquiredAt != 0 && lostAt == 0 {
-			lostAt = ev.call
+		if e.kind == "end" && ev.acquiredAt != 0 && ev.lostAt == 0 {
+			ev.lostAt = e.call
 		}
 	}
 	for i, w := range r.workers {
-		for _, ev := range parseEvents(i, w.output()) {
-			if ev.kind == "acquire" && ev.token > token && (grantedAt == 0 || ev.ret < grantedAt) {
-				grantedAt = ev.ret
+		for _, e := range parseEvents(i, w.output()) {
+			if e.kind == "acquire" && e.token > token && (ev.grantedAt == 0 || e.ret < ev.grantedAt) {
+				ev.grantedAt = e.ret
 			}
 		}
 	}
-	return lostAt, grantedAt
+	return ev
 }
 
 // kube-apiserver SIGKILLed and restarted with the same flags (etcd keeps
@@ -161,7 +182,7 @@ func TestAPIServerKilledAndRestarted(t *testing.T) {
 		inject: func(t *testing.T, r *runState) {
 			for range size(1, 3) {
 				waitFor(t, time.Minute, "a holder", func() bool { i, _ := r.holderWorker(); return i >= 0 })
-				restartAPIServer(t)
+				restartAPIServer(t, r.c)
 			}
 		}})
 }
@@ -169,33 +190,34 @@ func TestAPIServerKilledAndRestarted(t *testing.T) {
 // runScenario runs the workers, injects the faults, and checks the safety
 // properties.
 func runScenario(t *testing.T, sc scenario) {
-	ns := newNamespace(t)
+	c := sc.cluster
+	if c == nil {
+		c = suite
+	}
+	ns := newNamespace(t, c)
 	lockName := "counter"
 	ctx := context.Background()
 	lk := testutil.MakeLock(lockName, ns).LeaseDuration(sc.ttl).Obj()
-	if err := k8sClient.Create(ctx, lk); err != nil {
+	if err := c.k8sClient.Create(ctx, lk); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, time.Minute, "the lock's Lease", func() bool {
-		_, err := clientset.CoordinationV1().Leases(ns).Get(ctx, lockName, metav1.GetOptions{})
+		_, err := c.clientset.CoordinationV1().Leases(ns).Get(ctx, lockName, metav1.GetOptions{})
 		return err == nil
 	})
-	history, err := testutil.WatchLeaseHistory(ctx, clientset, ns, lockName)
+	history, err := testutil.WatchLeaseHistory(ctx, c.clientset, ns, lockName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer history.Stop()
-	r := &runState{ns: ns, lock: lockName, ledger: newLedger(), history: history}
+	r := &runState{c: c, ns: ns, lock: lockName, ledger: newLedger(), history: history}
 	defer r.ledger.srv.Close()
-	sampler := sampleStatusTokens(t, ns, lockName)
+	sampler := sampleStatusTokens(t, c, ns, lockName)
 
 	for i := range sc.workers {
-		kubeconfig := kubeconfigPath
-		if sc.proxied {
-			p, path := proxiedKubeconfig(t, i)
-			r.proxies = append(r.proxies, p)
-			kubeconfig = path
-			defer p.close()
+		kubeconfig := c.kubeconfigPath
+		if sc.workerKubeconfig != nil {
+			kubeconfig = sc.workerKubeconfig(t, r, i)
 		}
 		w, err := startProcess(fmt.Sprintf("worker-%d", i), []string{os.Args[0],
 			"--kubeconfig", kubeconfig, "--namespace", ns, "--lock", lockName, "--url", r.ledger.srv.URL,
@@ -218,7 +240,7 @@ func runScenario(t *testing.T, sc scenario) {
 	}
 	checkLedger(t, r, sc)
 	checkGrants(t, r)
-	checkStatusConverges(t, ns, lockName)
+	checkStatusConverges(t, c, ns, lockName)
 	sampler.check(t)
 }
 
@@ -275,16 +297,20 @@ func checkGrants(t *testing.T, r *runState) {
 			ops = append(ops, porcupine.Operation{ClientId: i, Input: "acquire", Call: ev.call, Output: ev.token, Return: ev.ret})
 		}
 	}
-	grants := r.history.Grants()
-	for i := 1; i < len(grants); i++ {
-		if grants[i].Token <= grants[i-1].Token {
-			t.Errorf("grant %d on the Lease has token %d after %d", i, grants[i].Token, grants[i-1].Token)
+	var highest int32
+	for i, g := range r.history.Grants() {
+		if g.Holder == handEditor {
+			continue // a fault, not a grant
 		}
+		if g.Token <= highest {
+			t.Errorf("grant %d on the Lease (to %s) has token %d, not above %d granted before it", i, g.Holder, g.Token, highest)
+		}
+		highest = max(highest, g.Token)
 	}
 	if res := porcupine.CheckOperationsTimeout(sequencerModel, ops, 30*time.Second); res != porcupine.Ok {
 		t.Errorf("the grant history is not linearizable as a sequencer of increasing tokens (%v)", res)
 	}
-	t.Logf("%d grants, all distinct, linearizable", len(ops))
+	t.Logf("%d grants, all distinct, linearizable; the Lease history watch resumed %d times", len(ops), r.history.Resumes())
 }
 
 // sequencerModel: each acquire returns a token greater than every token
@@ -299,12 +325,12 @@ var sequencerModel = porcupine.Model{
 }
 
 // checkStatusConverges: the lock's status catches up with its Lease.
-func checkStatusConverges(t *testing.T, ns, name string) {
+func checkStatusConverges(t *testing.T, c *cluster, ns, name string) {
 	ctx := context.Background()
 	waitFor(t, 30*time.Second, "status to converge to the Lease", func() bool {
 		lk := &locksv1alpha1.DistributedLock{}
-		lease, err := clientset.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, lk) != nil {
+		lease, err := c.clientset.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || c.k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, lk) != nil {
 			return false
 		}
 		return lk.Status.FencingToken == int64(ptr.Deref(lease.Spec.LeaseTransitions, 0)) &&
@@ -318,7 +344,7 @@ type statusSampler struct {
 	done chan []int64
 }
 
-func sampleStatusTokens(t *testing.T, ns, name string) *statusSampler {
+func sampleStatusTokens(t *testing.T, c *cluster, ns, name string) *statusSampler {
 	s := &statusSampler{stop: make(chan struct{}), done: make(chan []int64, 1)}
 	go func() {
 		var tokens []int64
@@ -330,7 +356,7 @@ func sampleStatusTokens(t *testing.T, ns, name string) *statusSampler {
 			case <-time.After(50 * time.Millisecond): // sampling interval
 			}
 			lk := &locksv1alpha1.DistributedLock{}
-			if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, lk); err == nil {
+			if err := c.k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, lk); err == nil {
 				tokens = append(tokens, lk.Status.FencingToken)
 			}
 		}
@@ -349,23 +375,38 @@ func (s *statusSampler) check(t *testing.T) {
 	}
 }
 
-// proxiedKubeconfig writes a kubeconfig whose server is a new proxy in
-// front of the apiserver.
-func proxiedKubeconfig(t *testing.T, i int) (*proxy, string) {
+// handEditor is the holder a scenario writes into the Lease by hand.
+const handEditor = "someone-by-hand"
+
+// proxiedWorker gives worker i a kubeconfig through a proxy of its own, in
+// front of the cluster's apiserver, which the scenario can fail.
+func proxiedWorker(t *testing.T, r *runState, i int) string {
 	t.Helper()
-	kc, err := clientcmd.LoadFromFile(kubeconfigPath)
+	p, path := proxiedKubeconfig(t, r.c.kubeconfigPath, fmt.Sprintf("worker-%d", i))
+	r.proxies = append(r.proxies, p)
+	t.Cleanup(p.close)
+	return path
+}
+
+// proxiedKubeconfig writes a copy of the kubeconfig whose server is a new
+// proxy in front of the given targets (default: the kubeconfig's server).
+func proxiedKubeconfig(t *testing.T, kubeconfig, name string, targets ...string) (*proxy, string) {
+	t.Helper()
+	kc, err := clientcmd.LoadFromFile(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var p *proxy
 	for _, c := range kc.Clusters {
-		host := strings.TrimPrefix(c.Server, "https://")
-		if p, err = newProxy(host); err != nil {
+		if len(targets) == 0 {
+			targets = []string{strings.TrimPrefix(c.Server, "https://")}
+		}
+		if p, err = newProxy(targets...); err != nil {
 			t.Fatal(err)
 		}
 		c.Server = "https://" + p.addr()
 	}
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("kubeconfig-%d", i))
+	path := filepath.Join(t.TempDir(), "kubeconfig-"+name)
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		t.Fatal(err)
 	}

@@ -191,6 +191,49 @@ func TestSilentHolderLosesBeforeTakeover(t *testing.T) {
 	g.Expect(ga.Release(context.Background())).To(MatchError(lock.ErrNotHolder))
 }
 
+// A grant whose answer comes back after its safe window (the network held
+// it back; the process paused right after sending) is not handed out: by
+// then the lease may have lapsed for others. The Lease, granted on the
+// server, is left to expire and the next holder gets a higher token.
+func TestGrantAnsweredTooLateIsNotHeld(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
+	g := NewWithT(t)
+	cfg := restConfig()
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/leases/") {
+				time.Sleep(2100 * time.Millisecond) // the fault: the answer is held back past the 2 s lease
+			}
+			return resp, err
+		})
+	}
+	slow, err := lock.New(cfg, lock.Config{Namespace: ns, Name: "billing", Identity: "slow"})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	gs, err := slow.TryAcquire(context.Background())
+	g.Expect(gs).To(BeNil())
+	g.Expect(err).To(MatchError(lock.ErrHeld))
+	g.Expect(err).To(MatchError(ContainSubstring("past its safe window")))
+	lease, err := clientset.CoordinationV1().Leases(ns).Get(context.Background(), "billing", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ptr.Deref(lease.Spec.HolderIdentity, "")).To(Equal("slow"), "the server did grant it")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	gb, err := newLockClient(t, ns, "billing", "next").Acquire(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer gb.Release(context.Background())
+	g.Expect(gb.Token()).To(BeNumerically(">", ptr.Deref(lease.Spec.LeaseTransitions, 0)))
+}
+
+// roundTripperFunc is an http.RoundTripper made of a function.
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+// RoundTrip calls f.
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
 // Deleting the Lease under a live holder: the holder's next renewal sees the
 // Lease terminating and gives up; the controller keeps the Lease (finalizer)
 // until it has seen that grant lapse, and only then recreates it for others.
