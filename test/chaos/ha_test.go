@@ -210,10 +210,14 @@ func (ha *haControlPlane) clientURLs() []string {
 	return urls
 }
 
-// stop ends the managers, the apiservers, and the etcd members.
+// stop ends the managers, the load balancer, the apiservers, and the etcd
+// members.
 func (ha *haControlPlane) stop() {
 	if ha.c != nil {
 		ha.c.stopManagers()
+	}
+	if ha.lb != nil {
+		ha.lb.close()
 	}
 	for _, a := range ha.apiservers {
 		if a != nil && a.cmd != nil {
