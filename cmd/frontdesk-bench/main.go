@@ -41,6 +41,7 @@ func main() {
 	flag.StringVar(&costSizes, "cost", "", "Instead of latencies, measure the controller's cost with these numbers of locks, e.g. 1000,10000.")
 	flag.IntVar(&cost.RenewalsPerSecond, "cost-renewals", 50, "Renewals per second across all locks while measuring status lag.")
 	flag.DurationVar(&cost.Duration, "cost-duration", 20*time.Second, "How long to renew while measuring status lag.")
+	flag.IntVar(&cost.Pods, "cost-pods", 0, "Unrelated pods to create before measuring the controller's cost (it watches every pod).")
 	peers := bench.PeersOptions{Locks: []int{1, 10, 100}}
 	flag.BoolVar(&withPeers, "peers", true, "Also measure etcd's Mutex and Redis side by side (same run, same TTL).")
 	flag.DurationVar(&peers.TTL, "peers-ttl", 2*time.Second, "TTL of every system in the side-by-side run.")

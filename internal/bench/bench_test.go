@@ -65,14 +65,14 @@ func TestCostShortRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	rows, err := RunCost(ctx, CostOptions{Sizes: []int{30}, RenewalsPerSecond: 20, Duration: 2 * time.Second}, &out)
+	rows, err := RunCost(ctx, CostOptions{Sizes: []int{30}, RenewalsPerSecond: 20, Duration: 2 * time.Second, Pods: 50}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rows) != 1 || rows[0].RSSBytes <= 0 || rows[0].PeakRSSBytes < rows[0].RSSBytes || len(rows[0].Lag.Samples) < 10 {
 		t.Fatalf("cost rows = %+v\n%s", rows, out.String())
 	}
-	if !strings.Contains(out.String(), "controller cost") {
+	if !strings.Contains(out.String(), "controller cost") || !strings.Contains(out.String(), "50 unrelated pods") {
 		t.Errorf("no table printed:\n%s", out.String())
 	}
 }

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -37,6 +39,9 @@ type CostOptions struct {
 	RenewalsPerSecond int
 	// Duration of the renewal phase.
 	Duration time.Duration
+	// Pods is how many unrelated pods (no lock names them) to create before
+	// measuring: the controller watches every pod in the cluster.
+	Pods int
 }
 
 // CostRow is the controller's cost with one number of locks.
@@ -86,6 +91,9 @@ func RunCost(ctx context.Context, opts CostOptions, out io.Writer) ([]CostRow, e
 	}
 	cs, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
+		return nil, err
+	}
+	if err := createPods(ctx, c, opts.Pods); err != nil {
 		return nil, err
 	}
 	var rows []CostRow
@@ -138,6 +146,55 @@ func measureCost(ctx context.Context, c client.WithWatch, cs kubernetes.Interfac
 		return CostRow{}, err
 	}
 	return CostRow{Locks: n, Setup: setup, CatchUp: drained, RSSBytes: rss, PeakRSSBytes: peak, Lag: lag}, nil
+}
+
+// createPods creates n pods like a typical workload's (two containers with
+// environment, resources, probes and mounts) in a namespace of their own.
+// No kubelet runs: they stay Pending, as far as the controller cares.
+func createPods(ctx context.Context, c client.Client, n int) error {
+	if n == 0 {
+		return nil
+	}
+	const ns = "cost-pods"
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", ns, err)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("web-%05d", i)
+	}
+	if err := parallel(32, names, func(name string) error { return c.Create(ctx, workloadPod(ns, name)) }); err != nil {
+		return fmt.Errorf("creating pods: %w", err)
+	}
+	return nil
+}
+
+// workloadPod is a pod of about 3 KiB, as a Deployment's often are.
+func workloadPod(ns, name string) *corev1.Pod {
+	container := func(name, image string) corev1.Container {
+		c := corev1.Container{Name: name, Image: image,
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}},
+			VolumeMounts:   []corev1.VolumeMount{{Name: "config", MountPath: "/etc/app"}},
+		}
+		for i := range 10 {
+			c.Env = append(c.Env, corev1.EnvVar{Name: fmt.Sprintf("APP_SETTING_%02d", i), Value: strings.Repeat("v", 40)})
+		}
+		return c
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			Labels:      map[string]string{"app": "web", "tier": "frontend", "pod-template-hash": "5d8f7c9b6"},
+			Annotations: map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": "8080"}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{container("app", "registry.example.com/shop/web:1.42.0"), container("proxy", "registry.example.com/mesh/proxy:1.9.3")},
+			Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
+				ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "web-config"}}}}},
+		},
+	}
 }
 
 // waitAllHeld waits until every lock in ns shows its holder in status.
@@ -317,8 +374,8 @@ func parallel(n int, items []string, fn func(string) error) error {
 }
 
 func printCost(out io.Writer, rows []CostRow, opts CostOptions) {
-	fmt.Fprintf(out, "\ncontroller cost: manager binary as its own process, every lock held, %d renewals/s across them for %s\n\n",
-		opts.RenewalsPerSecond, opts.Duration)
+	fmt.Fprintf(out, "\ncontroller cost: manager binary as its own process, every lock held, %d renewals/s across them for %s, %d unrelated pods\n\n",
+		opts.RenewalsPerSecond, opts.Duration, opts.Pods)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
 	fmt.Fprintln(w, "locks\tsetup (create+grant)\tstatus caught up after\tmanager RSS\tpeak RSS\tstatus lag p50\tp99\tn\tnote\t")
 	for _, r := range rows {

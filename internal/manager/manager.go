@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -101,9 +100,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	shutdown, leaseDuration, renewDeadline, retryPeriod := opts.GracefulShutdownTimeout, opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
-		// managedFields are never read here; not caching them saves a good
-		// part of the memory per lock, Lease and pod.
-		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache:                         cacheOptions(),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        opts.HealthProbeBindAddress,
 		LeaderElection:                opts.LeaderElection,

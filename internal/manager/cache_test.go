@@ -1,0 +1,53 @@
+package manager
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
+	ready := []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	meta := metav1.ObjectMeta{Name: "web-0", Namespace: "shop", UID: "u1", ResourceVersion: "7",
+		Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a": "b"},
+		DeletionTimestamp: &metav1.Time{}, Finalizers: []string{"f"}}
+	full := &corev1.Pod{
+		ObjectMeta: *meta.DeepCopy(),
+		Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready, PodIP: "10.0.0.1", HostIP: "10.1.0.1"},
+	}
+	full.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+
+	got, err := slimPod(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := got.(*corev1.Pod)
+	if !apiequality.Semantic.DeepEqual(pod.ObjectMeta, meta) {
+		t.Errorf("metadata changed beyond managedFields:\n got %+v\nwant %+v", pod.ObjectMeta, meta)
+	}
+	if pod.Status.Phase != corev1.PodRunning || !apiequality.Semantic.DeepEqual(pod.Status.Conditions, ready) {
+		t.Errorf("status = %+v, want phase Running and the Ready condition", pod.Status)
+	}
+	if !apiequality.Semantic.DeepEqual(pod.Spec, corev1.PodSpec{}) || pod.Status.PodIP != "" || pod.Status.HostIP != "" {
+		t.Errorf("spec %+v and status %+v should be dropped", pod.Spec, pod.Status)
+	}
+}
+
+func TestSlimPodPassesOtherObjectsThrough(t *testing.T) {
+	for _, obj := range []any{
+		cache.DeletedFinalStateUnknown{Key: "shop/web-0"},
+		&corev1.ConfigMap{Data: map[string]string{"k": "v"}},
+	} {
+		got, err := slimPod(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !apiequality.Semantic.DeepEqual(got, obj) {
+			t.Errorf("slimPod(%T) = %+v, want it unchanged", obj, got)
+		}
+	}
+}
