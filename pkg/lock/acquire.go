@@ -49,7 +49,8 @@ type waitHint struct {
 
 // TryAcquire makes one attempt to take the lock. When another holder has it,
 // the error is a *HeldError (errors.Is(err, ErrHeld)) saying who and until
-// when.
+// when. When the grant's answer came back too late to be used, the error
+// matches ErrAnsweredTooLate (and ErrHeld).
 func (c *Client) TryAcquire(ctx context.Context) (*Grant, error) {
 	info, _, err := c.resolve(ctx, false)
 	if err != nil {
@@ -132,12 +133,11 @@ func (c *Client) attempt(ctx context.Context, info lockInfo, cand candidate, wai
 		switch {
 		case err == nil:
 			c.remember(updated)
-			c.observer.Observe(info.leaseName, lease.RecordOf(updated), start)
-			g := newGrant(c, info, updated, start)
-			if late := answeredTooLate(g, start); late != nil {
-				return nil, waitHint{resourceVersion: updated.ResourceVersion, deadline: c.cfg.Clock.Now().Add(info.duration)}, late
+			if hint, late := c.answeredTooLate(info, updated, start); late != nil {
+				return nil, hint, late
 			}
-			return g, waitHint{}, nil
+			c.observer.Observe(info.leaseName, lease.RecordOf(updated), start)
+			return newGrant(c, info, updated, start), waitHint{}, nil
 		case apierrors.IsConflict(err) && waiting && cand.verified:
 			return nil, hint, errContended
 		case apierrors.IsConflict(err):
@@ -151,20 +151,25 @@ func (c *Client) attempt(ctx context.Context, info lockInfo, cand candidate, wai
 		fmt.Errorf("%w: lost %d compare-and-swap races in a row on lease %s/%s", ErrHeld, maxCASAttempts, c.cfg.Namespace, info.leaseName)
 }
 
-// answeredTooLate ends a grant whose answer came back after its safe
+// answeredTooLate refuses a grant whose answer came back after its safe
 // window (a slow or held-back network, a pause right after the request):
-// others may already have taken the lock over, so it is never handed to the
-// caller. The Lease, granted to this identity, is left to expire; the
-// error matches ErrHeld, so Acquire waits on.
-func answeredTooLate(g *Grant, requestStart time.Time) error {
-	clk := g.client.cfg.Clock
-	if clk.Now().Before(g.ValidUntil()) {
-		return nil
+// others may already have taken the lock over, so it is never handed to
+// the caller. The Lease, granted to this identity on the server, is left to
+// expire, and this client judges that expiry from when the answer arrived,
+// like everyone else who saw the write, so it does not take the lock back
+// ahead of them. The error matches ErrAnsweredTooLate and ErrHeld, so
+// Acquire waits on.
+func (c *Client) answeredTooLate(info lockInfo, granted *coordinationv1.Lease, requestStart time.Time) (waitHint, error) {
+	now := c.cfg.Clock.Now()
+	if now.Before(requestStart.Add(info.duration - c.safetyMargin(info))) {
+		return waitHint{}, nil
 	}
-	err := fmt.Errorf("%w: the grant of lock %s with token %d came back %s after the request, past its safe window; it is left to expire",
-		ErrHeld, g.Lock(), g.Token(), clk.Since(requestStart).Round(time.Millisecond))
-	g.lose(err)
-	return err
+	c.observer.Forget(info.leaseName)
+	obs := c.observer.Observe(info.leaseName, lease.RecordOf(granted), now)
+	err := fmt.Errorf("%w: lock %s granted token %d %s after the request, past its safe window; not held, it lapses at %s",
+		ErrAnsweredTooLate, c.LockName(), ptr.Deref(granted.Spec.LeaseTransitions, 0), now.Sub(requestStart).Round(time.Millisecond),
+		obs.Deadline(info.duration).Format(time.RFC3339Nano))
+	return waitHint{resourceVersion: granted.ResourceVersion, deadline: obs.Deadline(info.duration)}, err
 }
 
 // grantable checks that the Lease is the lock's own, in service: controlled

@@ -23,6 +23,11 @@ var (
 	// ErrLeaseUnavailable: the lock's Lease is missing or being deleted; the
 	// controller recreates it.
 	ErrLeaseUnavailable = errors.New("lease unavailable")
+	// ErrAnsweredTooLate: the Lease was granted to this client, but the
+	// answer came back after the grant's safe window, so it was not handed
+	// out: others may already hold the lock. The unusable grant keeps the
+	// lock until it lapses, so this matches ErrHeld too.
+	ErrAnsweredTooLate = fmt.Errorf("%w: the grant's answer came back too late to use", ErrHeld)
 )
 
 // HeldError says who holds the lock and until when, as observed here.

@@ -39,15 +39,22 @@ type Grant struct {
 	lostOnce     sync.Once
 }
 
+// safetyMargin is how long before the lease could lapse for others a grant
+// stops counting as held: Config.SafetyMargin, or 2% of the lease duration
+// plus 100ms.
+func (c *Client) safetyMargin(info lockInfo) time.Duration {
+	if c.cfg.SafetyMargin > 0 {
+		return c.cfg.SafetyMargin
+	}
+	return info.duration/50 + 100*time.Millisecond
+}
+
 func newGrant(c *Client, info lockInfo, granted *coordinationv1.Lease, requestStart time.Time) *Grant {
 	interval := c.cfg.RenewInterval
 	if interval <= 0 {
 		interval = info.duration / 3
 	}
-	margin := c.cfg.SafetyMargin
-	if margin <= 0 {
-		margin = info.duration/50 + 100*time.Millisecond
-	}
+	margin := c.safetyMargin(info)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	g := &Grant{
 		client:   c,

@@ -199,23 +199,13 @@ func TestGrantAnsweredTooLateIsNotHeld(t *testing.T) {
 	ns := newNamespace(t)
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
 	g := NewWithT(t)
-	cfg := restConfig()
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			resp, err := rt.RoundTrip(req)
-			if req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/leases/") {
-				time.Sleep(2100 * time.Millisecond) // the fault: the answer is held back past the 2 s lease
-			}
-			return resp, err
-		})
-	}
-	slow, err := lock.New(cfg, lock.Config{Namespace: ns, Name: "billing", Identity: "slow"})
-	g.Expect(err).NotTo(HaveOccurred())
+	// The fault: every answer to a Lease update is held back past the 2 s lease.
+	slow := newSlowLockClient(t, ns, "billing", "slow", 2100*time.Millisecond)
 
 	gs, err := slow.TryAcquire(context.Background())
 	g.Expect(gs).To(BeNil())
+	g.Expect(err).To(MatchError(lock.ErrAnsweredTooLate))
 	g.Expect(err).To(MatchError(lock.ErrHeld))
-	g.Expect(err).To(MatchError(ContainSubstring("past its safe window")))
 	lease, err := clientset.CoordinationV1().Leases(ns).Get(context.Background(), "billing", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(ptr.Deref(lease.Spec.HolderIdentity, "")).To(Equal("slow"), "the server did grant it")
@@ -226,6 +216,68 @@ func TestGrantAnsweredTooLateIsNotHeld(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	defer gb.Release(context.Background())
 	g.Expect(gb.Token()).To(BeNumerically(">", ptr.Deref(lease.Spec.LeaseTransitions, 0)))
+}
+
+// A client whose every grant comes back just past its safe window (but
+// within the lease) keeps waiting in Acquire without taking the lock back
+// from under the others: it judges its own unusable grant's expiry from
+// when the answer arrived, as they do from when they saw the write.
+func TestAnsweredTooLateClientDoesNotStarveOthers(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
+	g := NewWithT(t)
+	// Safe window of a 2 s lease: 2 s - (2%·2 s + 100 ms) = 1.86 s.
+	slow := newSlowLockClient(t, ns, "billing", "slow", 1920*time.Millisecond)
+	slowDone := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+		defer cancel()
+		gs, err := slow.Acquire(ctx)
+		if gs != nil {
+			gs.Release(context.Background())
+			err = fmt.Errorf("the slow client was handed grant %d, which came back too late", gs.Token())
+		}
+		slowDone <- err
+	}()
+	g.Eventually(func() string {
+		l, err := clientset.CoordinationV1().Leases(ns).Get(context.Background(), "billing", metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		return ptr.Deref(l.Spec.HolderIdentity, "")
+	}, 10*time.Second, 20*time.Millisecond).Should(Equal("slow"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	gb, err := newLockClient(t, ns, "billing", "next").Acquire(ctx)
+	g.Expect(err).NotTo(HaveOccurred(), "the slow client kept the lock from the others")
+	g.Expect(gb.Release(context.Background())).To(Succeed())
+	// Every grant the slow client got came back too late: it waited, on its
+	// own unusable grants among others, until its deadline.
+	err = <-slowDone
+	g.Expect(err).To(MatchError(lock.ErrHeld))
+	g.Expect(err).To(MatchError(context.DeadlineExceeded))
+}
+
+// newSlowLockClient is a lock client whose Lease updates are answered
+// `delay` after the apiserver answered them.
+func newSlowLockClient(t *testing.T, namespace, name, identity string, delay time.Duration) *lock.Client {
+	t.Helper()
+	cfg := restConfig()
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/leases/") {
+				time.Sleep(delay) // the fault: the answer is held back
+			}
+			return resp, err
+		})
+	}
+	c, err := lock.New(cfg, lock.Config{Namespace: namespace, Name: name, Identity: identity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // roundTripperFunc is an http.RoundTripper made of a function.
