@@ -152,7 +152,7 @@ func measureCost(ctx context.Context, c client.WithWatch, cs kubernetes.Interfac
 // environment, resources, probes and mounts) in a namespace of their own.
 // No kubelet runs: they stay Pending, as far as the controller cares.
 func createPods(ctx context.Context, c client.Client, n int) error {
-	if n == 0 {
+	if n <= 0 {
 		return nil
 	}
 	const ns = "cost-pods"

@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	}
 	shutdown, leaseDuration, renewDeadline, retryPeriod := opts.GracefulShutdownTimeout, opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme,
+		Scheme:                        scheme,
 		Cache:                         cacheOptions(),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        opts.HealthProbeBindAddress,

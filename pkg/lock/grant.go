@@ -25,9 +25,12 @@ type Grant struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	lost   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
+	// stopRenewal cancels a renewal in flight when renewing stops.
+	renewCtx    context.Context
+	stopRenewal context.CancelFunc
+	lost        chan struct{}
+	stop        chan struct{}
+	done        chan struct{}
 
 	mu           sync.Mutex
 	lease        *coordinationv1.Lease
@@ -56,6 +59,7 @@ func newGrant(c *Client, info lockInfo, granted *coordinationv1.Lease, requestSt
 	}
 	margin := c.safetyMargin(info)
 	ctx, cancel := context.WithCancelCause(context.Background())
+	renewCtx, stopRenewal := context.WithCancel(context.Background())
 	g := &Grant{
 		client:   c,
 		info:     info,
@@ -64,10 +68,13 @@ func newGrant(c *Client, info lockInfo, granted *coordinationv1.Lease, requestSt
 		margin:   margin,
 		ctx:      ctx,
 		cancel:   cancel,
-		lost:     make(chan struct{}),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-		lease:    granted,
+
+		renewCtx:    renewCtx,
+		stopRenewal: stopRenewal,
+		lost:        make(chan struct{}),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+		lease:       granted,
 	}
 	g.mu.Lock()
 	g.validUntil = g.safeUntil(requestStart)
@@ -164,7 +171,7 @@ func (g *Grant) armExpiry() {
 // otherwise the grant is lost.
 func (g *Grant) renewOnce() error {
 	clk := g.client.cfg.Clock
-	ctx, cancel := context.WithTimeout(context.Background(), max(g.ValidUntil().Sub(clk.Now()), time.Millisecond))
+	ctx, cancel := context.WithTimeout(g.renewCtx, max(g.ValidUntil().Sub(clk.Now()), time.Millisecond))
 	defer cancel()
 	g.mu.Lock()
 	current := g.lease
@@ -248,9 +255,13 @@ func (g *Grant) lose(err error) {
 	})
 }
 
-// stopRenewing ends the heartbeat and waits for it.
+// stopRenewing ends the heartbeat, cancelling a renewal in flight, and
+// waits for it.
 func (g *Grant) stopRenewing() {
-	g.stopOnce.Do(func() { close(g.stop) })
+	g.stopOnce.Do(func() {
+		close(g.stop)
+		g.stopRenewal()
+	})
 	<-g.done
 }
 
@@ -259,13 +270,15 @@ func (g *Grant) stopRenewing() {
 // Kubernetes form of compare-value-then-delete). Releasing a grant that was
 // lost changes nothing and returns ErrNotHolder with who holds it now.
 func (g *Grant) Release(ctx context.Context) error {
+	// The holder stops believing it holds the lock at once, before anything
+	// that can wait on the network.
+	g.cancel(ErrReleased)
 	g.stopRenewing()
 	g.mu.Lock()
 	if g.expiry != nil {
 		g.expiry.Stop()
 	}
 	g.mu.Unlock()
-	g.cancel(ErrReleased)
 	if err := g.Err(); err != nil {
 		return fmt.Errorf("%w: nothing released: %w", ErrNotHolder, err)
 	}

@@ -123,15 +123,21 @@ func securePort(argv []string) string {
 
 // withPort is the same command line serving on another port: a second
 // kube-apiserver sharing the first one's etcd, certificates and keys.
-func (a *apiServer) withPort(port string) *apiServer {
-	argv := make([]string, 0, len(a.argv))
-	for _, arg := range a.argv {
-		if strings.HasPrefix(arg, "--secure-port=") {
-			arg = "--secure-port=" + port
+func (a *apiServer) withPort(port string) (*apiServer, error) {
+	argv := append([]string(nil), a.argv...)
+	replaced := false
+	for i, arg := range argv {
+		switch {
+		case strings.HasPrefix(arg, "--secure-port="):
+			argv[i], replaced = "--secure-port="+port, true
+		case arg == "--secure-port" && i+1 < len(argv):
+			argv[i+1], replaced = port, true
 		}
-		argv = append(argv, arg)
 	}
-	return &apiServer{argv: argv}
+	if !replaced {
+		return nil, fmt.Errorf("no --secure-port in the kube-apiserver command line %q", a.argv)
+	}
+	return &apiServer{argv: argv}, nil
 }
 
 // kill SIGKILLs the apiserver and waits until it is gone.

@@ -25,48 +25,53 @@ import (
 
 // An HA control plane: three etcd members and two kube-apiservers, A and B.
 // Worker 0 is pointed at A alone; the other workers, both manager replicas
-// and the checks go through a load balancer that prefers A. A is SIGKILLed
-// while worker 0 holds the lock: worker 0 must give the lock up before it
-// is granted again, through B; everyone else fails over to B, and A is
-// started again. Then the etcd leader is SIGKILLed (after leadership is
-// moved to a member the suite can kill) and restarted, while the workers
-// go on.
+// and the checks go through a load balancer that prefers A. First the etcd
+// leader is SIGKILLed while a worker holds the lock (after leadership is
+// moved to a member the suite can kill) and restarted. Then A is SIGKILLed
+// while worker 0 holds the lock: worker 0 keeps each grant longer than the
+// lease, so only noticing its loss can end it, and it must do so before the
+// lock is granted again, through B; everyone else fails over to B, and A is
+// started again.
 func TestHAControlPlaneLosesAnAPIServerAndTheEtcdLeader(t *testing.T) {
 	ha := startHAControlPlane(t)
-	runScenario(t, scenario{cluster: ha.c, workers: 3, increments: size(8, 20), perGrant: 1, hold: 300 * time.Millisecond, ttl: 3,
-		workerKubeconfig: func(t *testing.T, r *runState, i int) string {
+	const ttl = 3
+	runScenario(t, scenario{cluster: ha.c, workers: 3, increments: size(10, 24), perGrant: 1, hold: 300 * time.Millisecond, ttl: ttl,
+		tune: func(t *testing.T, r *runState, i int, w *workerSpec) {
 			if i == 0 {
-				return ha.directKubeconfig
+				w.kubeconfig = ha.directKubeconfig
+				w.increments = 2
+				w.hold = 2 * ttl * time.Second
 			}
-			return ha.c.kubeconfigPath
 		},
 		inject: func(t *testing.T, r *runState) {
-			ha.killAPIServerA(t, r)
 			for round := range size(1, 3) {
 				member := 1 + round%2
-				ha.killEtcdLeader(t, member)
+				ha.killEtcdLeader(t, r, member)
 				ha.restartEtcdMember(t, member)
 			}
+			ha.killAPIServerA(t, r)
 		}})
 }
 
 // killAPIServerA SIGKILLs apiserver A while worker 0, which talks to A
 // alone, holds the lock and another worker can still take it over; checks
-// that worker 0 gave the lock up before the next grant; starts A again.
+// that worker 0 noticed its loss before the next grant; starts A again.
 func (ha *haControlPlane) killAPIServerA(t *testing.T, r *runState) {
 	t.Helper()
 	var token int64
-	pinnedHolder := poll(time.Minute, func() bool {
+	pinnedHolder := false
+	poll(time.Minute, func() bool {
 		i, tok := r.holderWorker()
-		token = tok
-		return i == 0 && (!r.finished(1) || !r.finished(2))
+		othersLeft := !r.finished(1) || !r.finished(2)
+		token, pinnedHolder = tok, i == 0 && othersLeft
+		return pinnedHolder || !othersLeft || r.finished(0)
 	})
 	a := ha.apiservers[0]
 	old := a.pid
 	a.kill(t)
 	if pinnedHolder {
 		waitFor(t, time.Minute, "a grant through apiserver B", func() bool { _, tok := r.holderWorker(); return tok > token })
-		checkGaveUpFirst(t, r, 0, token, "its apiserver SIGKILLed")
+		checkGaveUpFirst(t, r, 0, token, "its apiserver SIGKILLed", true)
 	} else {
 		// Contention picks holders at random: rarely, worker 0 never held
 		// while the others had work left. A still dies, with no check of
@@ -92,6 +97,8 @@ type haControlPlane struct {
 	directKubeconfig string
 	// lb is the load balancer in front of A and B.
 	lb *proxy
+	// etcd is a client of all three members, for the scenario's own calls.
+	etcd *clientv3.Client
 	// c is the cluster as managers, load-balanced workers and the checks
 	// see it: through the load balancer.
 	c *cluster
@@ -126,6 +133,7 @@ func freeLoopbackURL(t *testing.T) string {
 func startHAControlPlane(t *testing.T) *haControlPlane {
 	t.Helper()
 	ha := &haControlPlane{}
+	t.Cleanup(ha.stop) // safe with nothing started yet
 	var peers []string
 	for i := range ha.members {
 		m := &etcdMember{name: fmt.Sprintf("etcd-%d", i), clientURL: freeLoopbackURL(t), peerURL: freeLoopbackURL(t)}
@@ -150,10 +158,8 @@ func startHAControlPlane(t *testing.T) *haControlPlane {
 	ha.cp, err = controlplane.Start(controlplane.Options{KubeconfigPath: ha.directKubeconfig,
 		Configure: func(env *envtest.Environment) { ha.configureEnvtest(env, initialCluster) }})
 	if err != nil {
-		ha.stop()
 		t.Fatal(err)
 	}
-	t.Cleanup(ha.stop)
 	if ha.direct, err = kubernetes.NewForConfig(ha.cp.Config); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +173,9 @@ func startHAControlPlane(t *testing.T) *haControlPlane {
 	}
 	hostB := strings.TrimPrefix(freeLoopbackURL(t), "http://")
 	_, portB, _ := net.SplitHostPort(hostB)
-	ha.apiservers[1] = ha.apiservers[0].withPort(portB)
+	if ha.apiservers[1], err = ha.apiservers[0].withPort(portB); err != nil {
+		t.Fatal(err)
+	}
 	cfgB := rest.CopyConfig(ha.cp.Config)
 	cfgB.Host = "https://" + hostB
 	csB, err := kubernetes.NewForConfig(cfgB)
@@ -225,6 +233,9 @@ func (ha *haControlPlane) stop() {
 			_ = a.cmd.Wait()
 		}
 	}
+	if ha.etcd != nil {
+		_ = ha.etcd.Close()
+	}
 	if ha.cp != nil {
 		_ = ha.cp.Stop()
 	}
@@ -257,64 +268,84 @@ func (m *etcdMember) healthy() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// etcdIDs maps member names to etcd member IDs and finds the leader's ID.
-func (ha *haControlPlane) etcdIDs(ctx context.Context) (map[string]uint64, uint64, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: ha.clientURLs(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		return nil, 0, fmt.Errorf("connecting to etcd: %w", err)
+// etcdCallTimeout bounds each call to etcd the scenario makes itself.
+const etcdCallTimeout = 3 * time.Second
+
+// etcdIDs maps the names of the members that answer to their etcd member
+// IDs, and says which ID leads.
+func (ha *haControlPlane) etcdIDs(t *testing.T) (map[string]uint64, uint64) {
+	t.Helper()
+	if ha.etcd == nil {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: ha.clientURLs(), DialTimeout: etcdCallTimeout})
+		if err != nil {
+			t.Fatalf("connecting to etcd: %v", err)
+		}
+		ha.etcd = cli
 	}
-	defer cli.Close()
 	ids := map[string]uint64{}
 	var leader uint64
 	for _, m := range ha.members {
-		st, err := cli.Status(ctx, m.clientURL)
+		ctx, cancel := context.WithTimeout(context.Background(), etcdCallTimeout)
+		st, err := ha.etcd.Status(ctx, m.clientURL)
+		cancel()
 		if err != nil {
 			continue // a member that is down has no say
 		}
 		ids[m.name] = st.Header.MemberId
 		leader = st.Leader
 	}
-	return ids, leader, nil
+	return ids, leader
 }
 
 // moveEtcdLeadershipTo makes member i the etcd leader, as an operator would
-// with `etcdctl move-leader`.
+// with `etcdctl move-leader`: the request goes to the current leader.
 func (ha *haControlPlane) moveEtcdLeadershipTo(t *testing.T, i int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	target := ha.members[i]
-	waitFor(t, 30*time.Second, target.name+" to lead etcd", func() bool {
-		ids, leader, err := ha.etcdIDs(ctx)
-		if err != nil || leader == 0 || ids[target.name] == 0 {
-			return false
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ids, leader := ha.etcdIDs(t)
+		if leader != 0 && leader == ids[target.name] {
+			return
 		}
-		if leader == ids[target.name] {
-			return true
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out moving etcd leadership to %s", target.name)
 		}
 		for _, m := range ha.members {
-			if ids[m.name] != leader {
-				continue
-			}
-			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.clientURL}, DialTimeout: 5 * time.Second})
-			if err != nil {
-				return false
-			}
-			_, err = cli.MoveLeader(ctx, ids[target.name])
-			cli.Close()
-			if err != nil {
-				t.Logf("moving etcd leadership from %s to %s: %v", m.name, target.name, err)
+			if leader != 0 && ids[m.name] == leader {
+				if err := moveLeader(m.clientURL, ids[target.name]); err != nil {
+					t.Logf("moving etcd leadership from %s to %s: %v", m.name, target.name, err)
+				}
 			}
 		}
-		return false
-	})
+		time.Sleep(500 * time.Millisecond) // let the transfer happen before asking again
+	}
 }
 
-// killEtcdLeader makes member i (started by the suite) the etcd leader,
-// SIGKILLs it, and waits until the remaining two elect a leader and the
-// cluster takes writes through the load balancer.
-func (ha *haControlPlane) killEtcdLeader(t *testing.T, i int) {
+// moveLeader asks the leader at endpoint to hand leadership to transferee.
+func moveLeader(endpoint string, transferee uint64) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: etcdCallTimeout})
+	if err != nil {
+		return fmt.Errorf("connecting to %s: %w", endpoint, err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), etcdCallTimeout)
+	defer cancel()
+	if _, err := cli.MoveLeader(ctx, transferee); err != nil {
+		return fmt.Errorf("move-leader: %w", err)
+	}
+	return nil
+}
+
+// killEtcdLeader waits for a worker to hold the lock, makes member i
+// (started by the suite) the etcd leader, SIGKILLs it, and waits until the
+// remaining two elect a leader and the cluster takes writes through the
+// load balancer.
+func (ha *haControlPlane) killEtcdLeader(t *testing.T, r *runState, i int) {
 	t.Helper()
+	var holder int
+	var token int64
+	waitFor(t, time.Minute, "a holder", func() bool { holder, token = r.holderWorker(); return holder >= 0 })
 	ha.moveEtcdLeadershipTo(t, i)
 	m := ha.members[i]
 	if err := m.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -329,7 +360,14 @@ func (ha *haControlPlane) killEtcdLeader(t *testing.T, i int) {
 		_, err := ha.c.clientset.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
 		return err == nil
 	})
-	t.Logf("SIGKILLed etcd leader %s; the two left took writes again after %s", m.name, time.Since(start).Round(time.Millisecond))
+	working := 0
+	for w := range r.workers {
+		if !r.finished(w) {
+			working++
+		}
+	}
+	t.Logf("SIGKILLed etcd leader %s while %s held token %d (%d workers still working); the two left took writes again after %s",
+		m.name, r.workers[holder].name, token, working, time.Since(start).Round(time.Millisecond))
 }
 
 // restartEtcdMember starts member i again on its data and waits until it

@@ -67,15 +67,15 @@ func newCluster(name, kubeconfig string) (*cluster, error) {
 	}
 	c.cfg.QPS = -1
 	if c.k8sClient, err = client.New(c.cfg, client.Options{Scheme: manager.NewScheme()}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("client for %s: %w", kubeconfig, err)
 	}
 	if c.clientset, err = kubernetes.NewForConfig(c.cfg); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("clientset for %s: %w", kubeconfig, err)
 	}
 	for i := range c.managers {
 		if c.managers[i], err = c.startManager(i); err != nil {
 			c.stopManagers()
-			return nil, err
+			return nil, fmt.Errorf("starting manager %d of cluster %s: %w", i, name, err)
 		}
 	}
 	return c, nil
@@ -200,12 +200,21 @@ type scenario struct {
 	ttl        int32
 	// cluster is where the scenario runs; nil means the suite's.
 	cluster *cluster
-	// workerKubeconfig, when set, gives worker i's kubeconfig; the default
-	// is the cluster's.
-	workerKubeconfig func(t *testing.T, r *runState, i int) string
+	// tune, when set, adjusts worker i before it starts. By default every
+	// worker gets the scenario's increments and hold and the cluster's
+	// kubeconfig.
+	tune func(t *testing.T, r *runState, i int, w *workerSpec)
 	// inject runs while the workers work; it returns once its faults are
 	// over.
 	inject func(t *testing.T, r *runState)
+}
+
+// workerSpec is what one worker process is asked to do, and how it reaches
+// the apiserver.
+type workerSpec struct {
+	kubeconfig string
+	increments int
+	hold       time.Duration
 }
 
 // runState is a scenario in progress.
@@ -215,6 +224,7 @@ type runState struct {
 	lock    string
 	ledger  *ledger
 	workers []*process
+	specs   []workerSpec
 	proxies []*proxy
 	history *testutil.LeaseHistory
 }
@@ -307,8 +317,8 @@ func parseEvents(worker int, lines []string) []workerEvent {
 		case "release":
 			ev.call, ev.ret = num(1), num(2)
 		case "end":
-			ev.call, ev.ret = num(1), num(1)
-			ev.detail = strings.Join(f[2:], " ")
+			ev.call, ev.ret, ev.token = num(1), num(1), num(2)
+			ev.detail = strings.Join(f[3:], " ")
 		case "done":
 			ev.acceptedDone = int(num(1))
 		default:

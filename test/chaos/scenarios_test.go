@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
@@ -99,7 +100,7 @@ func TestLeaseDeletedAndEditedByHand(t *testing.T) {
 // lock up (Lost, Context cancelled) before the lock is granted elsewhere.
 func TestClientCutOffFromTheAPIServer(t *testing.T) {
 	runScenario(t, scenario{workers: 3, increments: size(6, 20), perGrant: 2, hold: 1500 * time.Millisecond, ttl: 3,
-		workerKubeconfig: proxiedWorker,
+		tune: proxiedWorker,
 		inject: func(t *testing.T, r *runState) {
 			modes := []faultMode{blackhole, drop, delay}
 			for i := range size(len(modes), 2*len(modes)) {
@@ -110,7 +111,7 @@ func TestClientCutOffFromTheAPIServer(t *testing.T) {
 				r.proxies[cut].fail(mode)
 				waitFor(t, time.Minute, "a takeover", func() bool { _, tok := r.holderWorker(); return tok > token })
 				r.proxies[cut].restore()
-				checkGaveUpFirst(t, r, cut, token, mode.String())
+				checkGaveUpFirst(t, r, cut, token, mode.String(), false)
 			}
 		}})
 }
@@ -118,8 +119,10 @@ func TestClientCutOffFromTheAPIServer(t *testing.T) {
 // checkGaveUpFirst waits for the grant after token and checks that worker
 // `cut`, which the Lease named as holder of token when it was cut off
 // (how), gave it up before that grant was returned, or never learnt it
-// had it (the fault swallowed the answer to its acquire).
-func checkGaveUpFirst(t *testing.T, r *runState, cut int, token int64, how string) {
+// had it (the fault swallowed the answer to its acquire). With mustLose,
+// the grant must have ended by loss (ErrLost), not by the worker's own
+// release.
+func checkGaveUpFirst(t *testing.T, r *runState, cut int, token int64, how string, mustLose bool) {
 	t.Helper()
 	waitFor(t, 30*time.Second, "the next holder to report its grant", func() bool {
 		return lossAndNextGrant(r, cut, token).grantedAt != 0
@@ -139,9 +142,11 @@ func checkGaveUpFirst(t *testing.T, r *runState, cut int, token int64, how strin
 		t.Errorf("%s was cut off holding token %d and its grant never ended", name, token)
 	case ev.lostAt >= ev.grantedAt:
 		t.Errorf("%s gave token %d up %s after the next grant", name, token, time.Duration(ev.lostAt-ev.grantedAt))
+	case mustLose && !strings.Contains(ev.cause, lock.ErrLost.Error()):
+		t.Errorf("%s's grant of token %d ended by %q, not by noticing its loss", name, token, ev.cause)
 	default:
-		t.Logf("%s cut off (%s) holding token %d; gave it up %s before the next grant",
-			name, how, token, time.Duration(ev.grantedAt-ev.lostAt).Round(time.Millisecond))
+		t.Logf("%s cut off (%s) holding token %d; gave it up %s before the next grant (%s)",
+			name, how, token, time.Duration(ev.grantedAt-ev.lostAt).Round(time.Millisecond), ev.cause)
 	}
 }
 
@@ -151,17 +156,19 @@ func checkGaveUpFirst(t *testing.T, r *runState, cut int, token int64, how strin
 // seen.
 type grantEnd struct {
 	acquiredAt, lostAt, grantedAt int64
+	// cause is why the grant ended, as the worker's Context said.
+	cause string
 }
 
 // lossAndNextGrant reads the workers' lines for worker cut's grant of token.
 func lossAndNextGrant(r *runState, cut int, token int64) grantEnd {
 	var ev grantEnd
 	for _, e := range parseEvents(cut, r.workers[cut].output()) {
-		if e.kind == "acquire" && e.token == token {
+		switch {
+		case e.kind == "acquire" && e.token == token:
 			ev.acquiredAt = e.ret
-		}
-		if e.kind == "end" && ev.acquiredAt != 0 && ev.lostAt == 0 {
-			ev.lostAt = e.call
+		case e.kind == "end" && e.token == token:
+			ev.lostAt, ev.cause = e.call, e.detail
 		}
 	}
 	for i, w := range r.workers {
@@ -215,13 +222,14 @@ func runScenario(t *testing.T, sc scenario) {
 	sampler := sampleStatusTokens(t, c, ns, lockName)
 
 	for i := range sc.workers {
-		kubeconfig := c.kubeconfigPath
-		if sc.workerKubeconfig != nil {
-			kubeconfig = sc.workerKubeconfig(t, r, i)
+		spec := workerSpec{kubeconfig: c.kubeconfigPath, increments: sc.increments, hold: sc.hold}
+		if sc.tune != nil {
+			sc.tune(t, r, i, &spec)
 		}
+		r.specs = append(r.specs, spec)
 		w, err := startProcess(fmt.Sprintf("worker-%d", i), []string{os.Args[0],
-			"--kubeconfig", kubeconfig, "--namespace", ns, "--lock", lockName, "--url", r.ledger.srv.URL,
-			"--increments", fmt.Sprint(sc.increments), "--per-grant", fmt.Sprint(sc.perGrant), "--hold", sc.hold.String()},
+			"--kubeconfig", spec.kubeconfig, "--namespace", ns, "--lock", lockName, "--url", r.ledger.srv.URL,
+			"--increments", fmt.Sprint(spec.increments), "--per-grant", fmt.Sprint(sc.perGrant), "--hold", spec.hold.String()},
 			[]string{workerEnv + "=1", "POD_NAME=" + fmt.Sprintf("worker-%d", i)}, os.Stderr)
 		if err != nil {
 			t.Fatal(err)
@@ -249,7 +257,10 @@ func runScenario(t *testing.T, sc scenario) {
 // what the workers report.
 func checkLedger(t *testing.T, r *runState, sc scenario) {
 	value, writes, rejected := r.ledger.snapshot()
-	want := sc.workers * sc.increments
+	want := 0
+	for _, spec := range r.specs {
+		want += spec.increments
+	}
 	total := 0
 	for _, w := range r.workers {
 		for _, ev := range parseEvents(0, w.output()) {
@@ -380,12 +391,12 @@ const handEditor = "someone-by-hand"
 
 // proxiedWorker gives worker i a kubeconfig through a proxy of its own, in
 // front of the cluster's apiserver, which the scenario can fail.
-func proxiedWorker(t *testing.T, r *runState, i int) string {
+func proxiedWorker(t *testing.T, r *runState, i int, w *workerSpec) {
 	t.Helper()
 	p, path := proxiedKubeconfig(t, r.c.kubeconfigPath, fmt.Sprintf("worker-%d", i))
 	r.proxies = append(r.proxies, p)
 	t.Cleanup(p.close)
-	return path
+	w.kubeconfig = path
 }
 
 // proxiedKubeconfig writes a copy of the kubeconfig whose server is a new
@@ -395,6 +406,9 @@ func proxiedKubeconfig(t *testing.T, kubeconfig, name string, targets ...string)
 	kc, err := clientcmd.LoadFromFile(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(kc.Clusters) != 1 {
+		t.Fatalf("%s names %d clusters; the proxy stands in front of exactly one", kubeconfig, len(kc.Clusters))
 	}
 	var p *proxy
 	for _, c := range kc.Clusters {

@@ -26,7 +26,7 @@ const workerEnv = "FRONTDESK_CHAOS_WORKER"
 //
 //	acquire <call> <return> <token>
 //	release <call> <return>
-//	end <at> <cause>     (the grant's Context ended: lost or released)
+//	end <at> <token> <cause>   (the grant's Context ended: lost or released)
 //	done
 func runWorker() int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
@@ -60,7 +60,7 @@ func runWorker() int {
 			<-g.Context().Done()
 			// When this holder stopped believing it holds the lock: lost, or
 			// released.
-			fmt.Printf("end %d %s\n", time.Now().UnixNano(), strings.ReplaceAll(context.Cause(g.Context()).Error(), "\n", " "))
+			fmt.Printf("end %d %d %s\n", time.Now().UnixNano(), g.Token(), strings.ReplaceAll(context.Cause(g.Context()).Error(), "\n", " "))
 		}(g)
 		if w.fenced(g.Token(), "/begin", "") {
 			for range *perGrant {

@@ -259,6 +259,50 @@ func TestAnsweredTooLateClientDoesNotStarveOthers(t *testing.T) {
 	g.Expect(err).To(MatchError(context.DeadlineExceeded))
 }
 
+// Release does not wait behind a renewal stuck on the network: the grant's
+// Context ends at once, the stuck renewal is cancelled, and Release returns
+// when its own ctx ends, long before the renewal's deadline (the lease is
+// 10 s).
+func TestReleaseDoesNotWaitForAStuckRenewal(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(10).Obj())
+	g := NewWithT(t)
+	var stuck atomic.Bool
+	renewalStuck := make(chan struct{}, 1)
+	cfg := restConfig()
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/leases/") && stuck.Load() {
+				select {
+				case renewalStuck <- struct{}{}:
+				default:
+				}
+				<-req.Context().Done() // the fault: the network never answers
+				return nil, req.Context().Err()
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+	c, err := lock.New(cfg, lock.Config{Namespace: ns, Name: "billing", Identity: "holder", RenewInterval: 100 * time.Millisecond})
+	g.Expect(err).NotTo(HaveOccurred())
+	grant, err := c.Acquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	stuck.Store(true)
+	g.Eventually(renewalStuck, 5*time.Second).Should(Receive())
+
+	released := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		released <- grant.Release(ctx)
+	}()
+	g.Eventually(grant.Context().Done(), 2*time.Second).Should(BeClosed())
+	g.Expect(context.Cause(grant.Context())).To(MatchError(lock.ErrReleased))
+	var releaseErr error
+	g.Eventually(released, 4*time.Second).Should(Receive(&releaseErr))
+	g.Expect(releaseErr).To(MatchError(context.DeadlineExceeded), "the release itself is stuck on the network too")
+}
+
 // newSlowLockClient is a lock client whose Lease updates are answered
 // `delay` after the apiserver answered them.
 func newSlowLockClient(t *testing.T, namespace, name, identity string, delay time.Duration) *lock.Client {

@@ -24,7 +24,7 @@ type LeaseHistory struct {
 	done     chan struct{}
 }
 
-// GrantRecord is a version of the Lease where leaseTransitions went up.
+// GrantRecord is a version of the Lease that grants the lock: see Grants.
 type GrantRecord struct {
 	Holder string
 	Token  int32
@@ -96,7 +96,8 @@ func (h *LeaseHistory) Stop() {
 	<-h.done
 }
 
-// Resumes is how many times the watch broke and was opened again.
+// Resumes is how many times, after its watch broke, the history read the
+// Lease again and watched on from there.
 func (h *LeaseHistory) Resumes() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
