@@ -161,7 +161,7 @@ func (c *Client) attempt(ctx context.Context, info lockInfo, cand candidate, wai
 // Acquire waits on.
 func (c *Client) answeredTooLate(info lockInfo, granted *coordinationv1.Lease, requestStart time.Time) (waitHint, error) {
 	now := c.cfg.Clock.Now()
-	if now.Before(requestStart.Add(info.duration - c.safetyMargin(info))) {
+	if now.Before(c.safeUntil(info, requestStart)) {
 		return waitHint{}, nil
 	}
 	c.observer.Forget(info.leaseName)

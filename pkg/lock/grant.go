@@ -21,11 +21,11 @@ type Grant struct {
 	info     lockInfo
 	token    int64
 	interval time.Duration
-	margin   time.Duration
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	// stopRenewal cancels a renewal in flight when renewing stops.
+	// renewCtx is the parent of every renewal; stopRenewal cancels it, and
+	// with it a renewal in flight, when renewing stops.
 	renewCtx    context.Context
 	stopRenewal context.CancelFunc
 	lost        chan struct{}
@@ -52,23 +52,27 @@ func (c *Client) safetyMargin(info lockInfo) time.Duration {
 	return info.duration/50 + 100*time.Millisecond
 }
 
+// safeUntil is how long a write that started at start keeps the lock: the
+// others' expiry clock starts no earlier than the write, so the lease
+// duration from start, minus the safety margin.
+func (c *Client) safeUntil(info lockInfo, start time.Time) time.Time {
+	return start.Add(info.duration - c.safetyMargin(info))
+}
+
 func newGrant(c *Client, info lockInfo, granted *coordinationv1.Lease, requestStart time.Time) *Grant {
 	interval := c.cfg.RenewInterval
 	if interval <= 0 {
 		interval = info.duration / 3
 	}
-	margin := c.safetyMargin(info)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	renewCtx, stopRenewal := context.WithCancel(context.Background())
 	g := &Grant{
-		client:   c,
-		info:     info,
-		token:    int64(ptr.Deref(granted.Spec.LeaseTransitions, 0)),
-		interval: interval,
-		margin:   margin,
-		ctx:      ctx,
-		cancel:   cancel,
-
+		client:      c,
+		info:        info,
+		token:       int64(ptr.Deref(granted.Spec.LeaseTransitions, 0)),
+		interval:    interval,
+		ctx:         ctx,
+		cancel:      cancel,
 		renewCtx:    renewCtx,
 		stopRenewal: stopRenewal,
 		lost:        make(chan struct{}),
@@ -77,7 +81,7 @@ func newGrant(c *Client, info lockInfo, granted *coordinationv1.Lease, requestSt
 		lease:       granted,
 	}
 	g.mu.Lock()
-	g.validUntil = g.safeUntil(requestStart)
+	g.validUntil = c.safeUntil(info, requestStart)
 	g.armExpiry()
 	g.mu.Unlock()
 	go g.renewLoop()
@@ -116,13 +120,6 @@ func (g *Grant) ValidUntil() time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.validUntil
-}
-
-// safeUntil is how long a write that started at start keeps the grant: the
-// others' expiry clock starts no earlier than the write, so the lease
-// duration from start, minus the safety margin.
-func (g *Grant) safeUntil(start time.Time) time.Time {
-	return start.Add(g.info.duration - g.margin)
 }
 
 // renewLoop renews every interval until stopped or lost. Expiry is not
@@ -193,7 +190,7 @@ func (g *Grant) renewOnce() error {
 			select {
 			case <-g.lost: // too late: the grant already expired
 			default:
-				g.lease, g.validUntil = updated, g.safeUntil(start)
+				g.lease, g.validUntil = updated, g.client.safeUntil(g.info, start)
 				g.armExpiry()
 			}
 			g.mu.Unlock()
