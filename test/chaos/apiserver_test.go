@@ -108,35 +108,39 @@ func findAPIServer(port string) (*apiServer, error) {
 	return nil, fmt.Errorf("no kube-apiserver child of process %d serves on port %s", self, port)
 }
 
-// securePort reads --secure-port from a kube-apiserver command line.
-func securePort(argv []string) string {
+// securePortArg finds --secure-port in a kube-apiserver command line:
+// argv[i] is prefix followed by the port, in either flag form. i is -1 if
+// the flag is missing.
+func securePortArg(argv []string) (i int, prefix string) {
 	for i, a := range argv {
-		if v, ok := strings.CutPrefix(a, "--secure-port="); ok {
-			return v
+		if strings.HasPrefix(a, "--secure-port=") {
+			return i, "--secure-port="
 		}
 		if a == "--secure-port" && i+1 < len(argv) {
-			return argv[i+1]
+			return i + 1, ""
 		}
 	}
-	return ""
+	return -1, ""
+}
+
+// securePort reads --secure-port from a kube-apiserver command line.
+func securePort(argv []string) string {
+	i, prefix := securePortArg(argv)
+	if i < 0 {
+		return ""
+	}
+	return strings.TrimPrefix(argv[i], prefix)
 }
 
 // withPort is the same command line serving on another port: a second
 // kube-apiserver sharing the first one's etcd, certificates and keys.
 func (a *apiServer) withPort(port string) (*apiServer, error) {
-	argv := append([]string(nil), a.argv...)
-	replaced := false
-	for i, arg := range argv {
-		switch {
-		case strings.HasPrefix(arg, "--secure-port="):
-			argv[i], replaced = "--secure-port="+port, true
-		case arg == "--secure-port" && i+1 < len(argv):
-			argv[i+1], replaced = port, true
-		}
-	}
-	if !replaced {
+	i, prefix := securePortArg(a.argv)
+	if i < 0 {
 		return nil, fmt.Errorf("no --secure-port in the kube-apiserver command line %q", a.argv)
 	}
+	argv := append([]string(nil), a.argv...)
+	argv[i] = prefix + port
 	return &apiServer{argv: argv}, nil
 }
 

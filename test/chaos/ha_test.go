@@ -115,15 +115,16 @@ type etcdMember struct {
 	cmd  *exec.Cmd
 }
 
-// freeLoopbackURL reserves a loopback port long enough to learn its number.
-func freeLoopbackURL(t *testing.T) string {
+// freeLoopbackAddr reserves a loopback port long enough to learn its
+// number, and returns host:port.
+func freeLoopbackAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	return "http://" + ln.Addr().String()
+	return ln.Addr().String()
 }
 
 // startHAControlPlane starts etcd members 1 and 2, then envtest with its
@@ -136,7 +137,7 @@ func startHAControlPlane(t *testing.T) *haControlPlane {
 	t.Cleanup(ha.stop) // safe with nothing started yet
 	var peers []string
 	for i := range ha.members {
-		m := &etcdMember{name: fmt.Sprintf("etcd-%d", i), clientURL: freeLoopbackURL(t), peerURL: freeLoopbackURL(t)}
+		m := &etcdMember{name: fmt.Sprintf("etcd-%d", i), clientURL: "http://" + freeLoopbackAddr(t), peerURL: "http://" + freeLoopbackAddr(t)}
 		ha.members[i] = m
 		peers = append(peers, m.name+"="+m.peerURL)
 	}
@@ -171,7 +172,7 @@ func startHAControlPlane(t *testing.T) *haControlPlane {
 	if ha.apiservers[0], err = findAPIServer(portA); err != nil {
 		t.Fatal(err)
 	}
-	hostB := strings.TrimPrefix(freeLoopbackURL(t), "http://")
+	hostB := freeLoopbackAddr(t)
 	_, portB, _ := net.SplitHostPort(hostB)
 	if ha.apiservers[1], err = ha.apiservers[0].withPort(portB); err != nil {
 		t.Fatal(err)

@@ -103,7 +103,6 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(workDir)
-	defer killStarted()
 	kubeconfig := filepath.Join(workDir, "kubeconfig")
 	cp, err := controlplane.Start(controlplane.Options{KubeconfigPath: kubeconfig})
 	if err != nil {
