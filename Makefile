@@ -51,9 +51,25 @@ test: manifests generate fmt vet k8s-binaries ## Run unit and integration tests 
 chaos: manifests generate k8s-binaries ## Fault suite, long version (the short one runs in make test).
 	FRONTDESK_CHAOS=long KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./test/chaos/ -count=1 -timeout 30m -v
 
+# Go test flags for `make test-e2e`, e.g. E2E_FLAGS='-run TestBillingScenario'.
+E2E_FLAGS ?=
+
 .PHONY: test-e2e
-test-e2e: manifests generate k8s-binaries ## Deploy to a kind cluster and run the billing scenario as pods (needs docker; skips without it).
-	go test -tags e2e ./test/e2e/ -count=1 -timeout 30m -v
+test-e2e: manifests generate k8s-binaries ## Create a 3-node kind cluster from images built here, deploy config/default, run the e2e tests (needs docker; skips without it).
+	go test -tags e2e ./test/e2e/ -count=1 -timeout 90m -v $(E2E_FLAGS)
+
+# Images of `make kind-images` (the e2e tests use these names).
+E2E_IMG ?= frontdesk-controller:e2e
+E2E_PLUGIN_IMG ?= frontdesk-kubectl-lock:e2e
+E2E_DEMO_IMG ?= frontdesk-demo:e2e
+
+.PHONY: kind-node-image
+kind-node-image: k8s-binaries ## Build the kind node image from Debian packages and Go modules, with no registry (cached; docs/kind.md).
+	hack/kind/build-node-image.sh
+
+.PHONY: kind-images
+kind-images: ## Assemble the manager, kubectl-lock and demo images from Go binaries, with no registry (cached).
+	hack/kind/build-images.sh $(E2E_IMG) $(E2E_PLUGIN_IMG) $(E2E_DEMO_IMG)
 
 .PHONY: verify
 verify: manifests generate fmt vet ## Regenerate everything and fail if the tree changed.

@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
@@ -27,117 +28,253 @@ var errInvalidSelector = errors.New("invalid candidates selector")
 type candidateResult struct {
 	// lease is the Lease after any write.
 	lease *coordinationv1.Lease
-	// renewIn is when the controller must renew its candidate's grant
+	// renewIn is when the controller must act on its candidate's grant
+	// again: renew it, or hand it off once the hand-off delay has passed
 	// (zero when it holds none).
 	renewIn time.Duration
 	events  []lockEvent
+	// selectorErr is set when the selector cannot select pods.
+	selectorErr error
 }
 
-// reconcileCandidates holds the lock for the oldest Ready candidate pod: it
-// renews that pod's grant while the pod stays Ready, and hands the lock to
-// the next candidate (a new grant, a higher token) when the pod goes away or
-// stops being Ready. A holder the controller did not grant (a client of the
-// library) is respected until its lease lapses. Every write is a
-// compare-and-swap Update of the Lease.
+// reconcileCandidates holds the lock for the oldest eligible candidate pod
+// (Ready, not terminating, selected). It renews that pod's grant while the
+// pod stays eligible. When it stops being eligible, the controller first
+// revokes the grant (its marks go, so Services stop routing to it, and the
+// renewTime moves, so every observer's expiry clock restarts), then waits
+// until the pod is gone or the hand-off delay (by default one lease
+// duration) has passed since the revocation, and only then grants the next
+// candidate, with a higher token. The old pod has no grant Context: waiting
+// is what keeps it from acting alongside the next one. A grant of the
+// controller's that someone else cleared (released as the pod, broken) is
+// waited out the same way, as are grants when candidates mode is turned off
+// (revoked, then released) or the Lease is being deleted (revoked; the
+// Lease goes once the hand-off is due). A holder the controller did not
+// grant (a client of the library) is respected until its lease lapses.
+// Every write is a compare-and-swap Update of the Lease.
 func (r *DistributedLockReconciler) reconcileCandidates(ctx context.Context, lock *locksv1alpha1.DistributedLock,
 	current *coordinationv1.Lease, obs lease.Observation, now time.Time) (candidateResult, error) {
 	res := candidateResult{lease: current}
-	if lock.Spec.Candidates == nil || current == nil || current.DeletionTimestamp != nil {
+	if current == nil {
+		return res, nil
+	}
+	holder := obs.Record.Holder
+	granted := current.Annotations[locksv1alpha1.CandidateGrantAnnotation]
+	ours := holder != "" && granted == holder
+	revoked := ours && current.Annotations[locksv1alpha1.RevokedAnnotation] == holder
+	vanished := holder == "" && granted != ""
+	interval := obs.Record.Duration(lockDuration(lock)) / 3
+
+	if lock.Spec.Candidates == nil || current.DeletionTimestamp != nil {
+		switch {
+		case ours && !revoked:
+			return r.revokeCandidate(ctx, lock, current, now)
+		case (revoked || vanished) && current.DeletionTimestamp == nil:
+			return r.endRevokedGrant(ctx, lock, current, granted, nil, obs, now, interval)
+		}
 		return res, nil
 	}
 	eligible, err := r.eligibleCandidates(ctx, lock)
 	if errors.Is(err, errInvalidSelector) {
-		// The CRD rejects most bad selectors; one that still slips through
-		// (say, an invalid label key) selects nobody.
-		ctrl.LoggerFrom(ctx).Error(err, "candidates mode: no pod can be selected")
+		res.selectorErr = err
 		eligible, err = nil, nil
 	}
 	if err != nil {
 		return res, err
 	}
-	duration := obs.Record.Duration(lockDuration(lock))
-	interval := duration / 3
-	holder := obs.Record.Holder
-	ours := holder != "" && current.Annotations[locksv1alpha1.CandidateGrantAnnotation] == holder
 	holderEligible := slices.ContainsFunc(eligible, func(p corev1.Pod) bool { return candidateIdentity(&p) == holder })
 
 	switch {
-	case ours && holderEligible:
-		// Renew when due, and at once when this process sees the record for
-		// the first time (after a restart or failover it cannot know when
-		// the last renewal was).
-		if due := obs.ObservedAt.Add(interval); now.Before(due) && !obs.ObservedAt.Equal(now) {
-			res.renewIn = due.Sub(now)
-			return res, nil
-		}
-		updated, err := r.writeLease(ctx, current, func(l *coordinationv1.Lease) {
-			l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-		})
-		if err != nil {
-			return res, fmt.Errorf("renewing the lease for candidate %s: %w", holder, err)
-		}
-		res.lease, res.renewIn = updated, interval
-		return res, nil
-	case holder != "" && !ours && now.Before(obs.Deadline(lockDuration(lock))):
+	case ours && !revoked && holderEligible:
+		return r.renewCandidate(ctx, current, obs, now, interval)
+	case ours && !revoked:
+		return r.revokeCandidate(ctx, lock, current, now)
+	case revoked || vanished:
+		return r.endRevokedGrant(ctx, lock, current, granted, eligible, obs, now, interval)
+	case holder != "" && now.Before(obs.Deadline(lockDuration(lock))):
 		return res, nil // a library client holds it; its lease is respected
 	case len(eligible) == 0:
-		if !ours {
-			return res, nil
-		}
-		updated, err := r.writeLease(ctx, current, func(l *coordinationv1.Lease) {
-			l.Spec.HolderIdentity, l.Spec.AcquireTime, l.Spec.RenewTime = nil, nil, nil
-			delete(l.Annotations, locksv1alpha1.CandidateGrantAnnotation)
-		})
-		if err != nil {
-			return res, fmt.Errorf("releasing the lease of candidate %s: %w", holder, err)
-		}
-		res.lease = updated
-		res.events = append(res.events, lockEvent{corev1.EventTypeNormal, EventCandidateGone,
-			fmt.Sprintf("candidate %s is no longer Ready and no other candidate is; released the lock", locksv1alpha1.PodNameOf(holder))})
 		return res, nil
 	}
+	return r.grantCandidate(ctx, lock, current, &eligible[0], now, interval)
+}
 
-	next := &eligible[0]
-	identity := candidateIdentity(next)
-	updated, err := r.writeLease(ctx, current, func(l *coordinationv1.Lease) {
-		t := metav1.NewMicroTime(now)
-		l.Spec.HolderIdentity = ptr.To(identity)
-		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
-		l.Spec.LeaseDurationSeconds = ptr.To(lock.EffectiveLeaseDurationSeconds())
-		l.Spec.AcquireTime, l.Spec.RenewTime = &t, &t
-		if l.Annotations == nil {
-			l.Annotations = map[string]string{}
-		}
-		l.Annotations[locksv1alpha1.CandidateGrantAnnotation] = identity
-	})
+// endRevokedGrant waits out a revoked (or vanished) grant of the
+// controller's to identity, then hands the lock on to the first eligible
+// pod, or releases it.
+func (r *DistributedLockReconciler) endRevokedGrant(ctx context.Context, lock *locksv1alpha1.DistributedLock, current *coordinationv1.Lease,
+	identity string, eligible []corev1.Pod, obs lease.Observation, now time.Time, interval time.Duration) (candidateResult, error) {
+	ended, wait, err := r.handOffDue(ctx, lock, identity, obs, now)
+	if err != nil || ended == "" {
+		return candidateResult{lease: current, renewIn: wait}, err
+	}
+	return r.handOff(ctx, lock, current, identity, eligible, now, interval, ended)
+}
+
+// renewCandidate renews the controller's grant to an eligible candidate
+// when due, and at once when this process sees the record for the first
+// time (after a restart or failover it cannot know when the last renewal
+// was).
+func (r *DistributedLockReconciler) renewCandidate(ctx context.Context, current *coordinationv1.Lease, obs lease.Observation,
+	now time.Time, interval time.Duration) (candidateResult, error) {
+	res := candidateResult{lease: current}
+	if due := obs.ObservedAt.Add(interval); now.Before(due) && !obs.ObservedAt.Equal(now) {
+		res.renewIn = due.Sub(now)
+		return res, nil
+	}
+	updated, err := r.writeLease(ctx, lease.Renew(current, obs.Record.Duration(3*interval), now))
 	if err != nil {
-		return res, fmt.Errorf("granting the lease to candidate %s: %w", next.Name, err)
+		return res, fmt.Errorf("renewing the lease for candidate %s: %w", obs.Record.Holder, err)
 	}
 	res.lease, res.renewIn = updated, interval
-	if ours {
-		res.events = append(res.events, lockEvent{corev1.EventTypeNormal, EventHandedOff,
-			fmt.Sprintf("candidate %s is no longer Ready; handed the lock to %s with fencing token %d",
-				locksv1alpha1.PodNameOf(holder), next.Name, ptr.Deref(updated.Spec.LeaseTransitions, 0))})
-	}
 	return res, nil
 }
 
-// writeLease applies mutate to a copy of current and writes it with the
-// resourceVersion that was read.
-func (r *DistributedLockReconciler) writeLease(ctx context.Context, current *coordinationv1.Lease,
-	mutate func(*coordinationv1.Lease)) (*coordinationv1.Lease, error) {
-	l := current.DeepCopy()
-	mutate(l)
+// revokeCandidate revokes the grant of a holder pod that is no longer
+// eligible: one write that names it revoked and moves renewTime to now.
+func (r *DistributedLockReconciler) revokeCandidate(ctx context.Context, lock *locksv1alpha1.DistributedLock,
+	current *coordinationv1.Lease, now time.Time) (candidateResult, error) {
+	res := candidateResult{lease: current}
+	// The marks go first: the hand-off delay counts from the revocation
+	// write, so the pod must already be unmarked by then.
+	if err := r.clearPodMarks(ctx, lock, locksv1alpha1.PodNameOf(lease.Holder(current))); err != nil {
+		return res, err
+	}
+	revoking := current.DeepCopy()
+	revokeCandidateGrant(revoking, now)
+	updated, err := r.writeLease(ctx, revoking)
+	if err != nil {
+		return res, fmt.Errorf("revoking the grant of candidate %s: %w", lease.Holder(current), err)
+	}
+	delay := handOffDelay(lock)
+	res.lease, res.renewIn = updated, delay
+	res.events = append(res.events, lockEvent{corev1.EventTypeNormal, EventRevoked, fmt.Sprintf(
+		"candidate %s is no longer eligible (not Ready, terminating or not selected): revoked its grant (fencing token %d) "+
+			"and removed its marks; the lock is handed on once the pod is gone or in %s", locksv1alpha1.PodNameOf(lease.Holder(current)),
+		lease.Token(current), delay)})
+	return res, nil
+}
+
+// handOffDue says whether the wait after a revocation is over, and why:
+// the revoked pod is gone (deleted, or replaced by a pod with another UID),
+// or the hand-off delay has passed since the controller first saw the
+// revoked record (after a restart that is later than the revocation: the
+// conservative direction). Otherwise it returns how long is left.
+func (r *DistributedLockReconciler) handOffDue(ctx context.Context, lock *locksv1alpha1.DistributedLock, holder string,
+	obs lease.Observation, now time.Time) (ended string, wait time.Duration, err error) {
+	// A grant someone else cleared never had its marks removed by a
+	// revocation: make sure they are gone before the wait can end.
+	if err := r.clearPodMarks(ctx, lock, locksv1alpha1.PodNameOf(holder)); err != nil {
+		return "", 0, err
+	}
+	gone, err := r.podGone(ctx, lock.Namespace, holder)
+	if err != nil {
+		return "", 0, err
+	}
+	if gone {
+		return fmt.Sprintf("pod %s is gone", locksv1alpha1.PodNameOf(holder)), 0, nil
+	}
+	due := obs.ObservedAt.Add(handOffDelay(lock))
+	if now.Before(due) {
+		return "", due.Sub(now), nil
+	}
+	return fmt.Sprintf("the hand-off delay (%s) passed since the revocation", handOffDelay(lock)), 0, nil
+}
+
+// handOff ends a revoked grant: it grants the next eligible candidate, or
+// releases the lock when there is none.
+func (r *DistributedLockReconciler) handOff(ctx context.Context, lock *locksv1alpha1.DistributedLock, current *coordinationv1.Lease,
+	from string, eligible []corev1.Pod, now time.Time, interval time.Duration, ended string) (candidateResult, error) {
+	old := locksv1alpha1.PodNameOf(from)
+	if len(eligible) == 0 {
+		released := lease.Release(current)
+		delete(released.Annotations, locksv1alpha1.CandidateGrantAnnotation)
+		delete(released.Annotations, locksv1alpha1.RevokedAnnotation)
+		updated, err := r.writeLease(ctx, released)
+		if err != nil {
+			return candidateResult{lease: current}, fmt.Errorf("releasing the lease of revoked candidate %s: %w", old, err)
+		}
+		return candidateResult{lease: updated, events: []lockEvent{{corev1.EventTypeNormal, EventCandidateGone,
+			fmt.Sprintf("%s and no other candidate is eligible: released the lock revoked from %s", ended, old)}}}, nil
+	}
+	res, err := r.grantCandidate(ctx, lock, current, &eligible[0], now, interval)
+	if err != nil {
+		return res, err
+	}
+	res.events = append(res.events, lockEvent{corev1.EventTypeNormal, EventHandedOff,
+		fmt.Sprintf("%s: handed the lock revoked from %s to %s with fencing token %d", ended, old, eligible[0].Name, lease.Token(res.lease))})
+	return res, nil
+}
+
+// grantCandidate grants the lock to pod: a new token, in one write that
+// also records the grant as the controller's own.
+func (r *DistributedLockReconciler) grantCandidate(ctx context.Context, lock *locksv1alpha1.DistributedLock, current *coordinationv1.Lease,
+	pod *corev1.Pod, now time.Time, interval time.Duration) (candidateResult, error) {
+	res := candidateResult{lease: current}
+	identity := candidateIdentity(pod)
+	granted, err := lease.Grant(current, identity, lockDuration(lock), now)
+	if err != nil {
+		return res, fmt.Errorf("granting the lease to candidate %s: %w", pod.Name, err)
+	}
+	if granted.Annotations == nil {
+		granted.Annotations = map[string]string{}
+	}
+	granted.Annotations[locksv1alpha1.CandidateGrantAnnotation] = identity
+	delete(granted.Annotations, locksv1alpha1.RevokedAnnotation)
+	updated, err := r.writeLease(ctx, granted)
+	if err != nil {
+		return res, fmt.Errorf("granting the lease to candidate %s: %w", pod.Name, err)
+	}
+	res.lease, res.renewIn = updated, interval
+	return res, nil
+}
+
+// handOffDelay is spec.candidates.handOffDelaySeconds, or the lock's lease
+// duration when unset.
+func handOffDelay(lock *locksv1alpha1.DistributedLock) time.Duration {
+	if c := lock.Spec.Candidates; c != nil && c.HandOffDelaySeconds != nil {
+		return time.Duration(*c.HandOffDelaySeconds) * time.Second
+	}
+	return lockDuration(lock)
+}
+
+// podGone reports whether the pod an identity names no longer exists: not
+// found, or a pod of that name with another UID. For an identity that
+// carries no full UID (an earlier version's "<pod>_<first 8 of the UID>"),
+// only a pod of that name whose UID does not start with that part counts as
+// another pod; with nothing to compare, only "not found" is gone.
+func (r *DistributedLockReconciler) podGone(ctx context.Context, namespace, identity string) (bool, error) {
+	// Read from the apiserver: the cache holds participant pods only, and a
+	// pod that dropped the label is not gone.
+	pod := &corev1.Pod{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: locksv1alpha1.PodNameOf(identity)}, pod)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading candidate pod %s: %w", locksv1alpha1.PodNameOf(identity), err)
+	}
+	if uid := locksv1alpha1.PodUIDOf(identity); uid != "" {
+		return string(pod.UID) != uid, nil
+	}
+	_, prefix, _ := strings.Cut(identity, locksv1alpha1.IdentitySeparator)
+	return len(prefix) == 8 && !strings.HasPrefix(string(pod.UID), prefix), nil
+}
+
+// writeLease writes l, an edited copy that keeps the resourceVersion that
+// was read (a compare-and-swap), and returns it as written.
+func (r *DistributedLockReconciler) writeLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	if err := r.Update(ctx, l); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// eligibleCandidates lists the Ready, non-terminating pods the lock's
-// selector picks, oldest first (then by name).
+// eligibleCandidates lists the Ready, non-terminating participant pods
+// (locks.frontdesk.dev/participant=true: the only pods the manager caches)
+// the lock's selector picks, oldest first (then by name).
 func (r *DistributedLockReconciler) eligibleCandidates(ctx context.Context, lock *locksv1alpha1.DistributedLock) ([]corev1.Pod, error) {
-	sel, err := metav1.LabelSelectorAsSelector(&lock.Spec.Candidates.PodSelector)
+	sel, err := metav1.LabelSelectorAsSelector(lock.Spec.Candidates.PodSelector.LabelSelector())
 	if err != nil {
 		return nil, fmt.Errorf("%w: spec.candidates.podSelector: %w", errInvalidSelector, err)
 	}
@@ -169,9 +306,7 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // candidateIdentity is the holder identity the controller uses for a pod:
-// its name and the start of its UID, so a recreated pod of the same name is
-// a new holder.
+// its name and UID, so a recreated pod of the same name is a new holder.
 func candidateIdentity(p *corev1.Pod) string {
-	uid := string(p.UID)
-	return p.Name + locksv1alpha1.IdentitySeparator + uid[:min(8, len(uid))]
+	return locksv1alpha1.PodIdentity(p.Name, string(p.UID), "")
 }

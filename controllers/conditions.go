@@ -31,7 +31,27 @@ const (
 	// EventHandedOff: in candidates mode, the holder pod stopped being
 	// Ready or went away and the lock was granted to the next candidate.
 	EventHandedOff = "HandedOff"
-	// EventCandidateGone: in candidates mode, the holder pod stopped being
-	// Ready and no candidate was left, so the lock was released.
+	// EventCandidateGone: in candidates mode, the revoked holder pod's
+	// hand-off came due and no candidate was left, so the lock was released.
 	EventCandidateGone = "CandidateGone"
+	// EventRevoked: in candidates mode, the holder pod stopped being
+	// eligible (or the lock is being deleted): its marks were removed and its
+	// grant revoked; the lock is handed on once the pod is gone or the
+	// hand-off delay has passed.
+	EventRevoked = "Revoked"
+	// EventBroken: the lock was broken (kubectl lock break): any grant
+	// voided and the fencing token raised, so the previous holder is fenced.
+	EventBroken = "Broken"
+	// EventInvalidGrant: the Lease names a new holder without a new fencing
+	// token (a hand edit, not a grant); nobody should act on it.
+	EventInvalidGrant = "InvalidGrant"
+	// EventRetired: the deleted lock's Lease was kept as the record of its
+	// fencing tokens, for a new lock of the same name to continue from.
+	EventRetired = "Retired"
+	// EventLeaseHandedBack: the deleted lock's Lease, which it had adopted,
+	// was handed back as it was (frontdesk deletes no Lease it did not
+	// create).
+	EventLeaseHandedBack = "LeaseHandedBack"
+	// EventSelectorInvalid: spec.candidates.podSelector cannot select pods.
+	EventSelectorInvalid = "SelectorInvalid"
 )

@@ -35,9 +35,6 @@ const (
 	// leaseNameIndex indexes DistributedLocks by the name of their Lease, so
 	// a Lease event finds its lock whether or not the Lease is owned yet.
 	leaseNameIndex = "locks.frontdesk.dev/lease-name"
-	// conflictRetryDelay is how soon a pass that lost a compare-and-swap
-	// race runs again, from a fresh read of the cache.
-	conflictRetryDelay = 100 * time.Millisecond
 	// eventAction is the action recorded on Events this controller emits.
 	eventAction = "ObserveLease"
 )
@@ -69,8 +66,9 @@ type DistributedLockReconciler struct {
 // +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks/finalizers,verbs=update
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // Reconcile fetches the lock and hands it to reconcile.
 func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -80,7 +78,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.observations.Forget(req.NamespacedName.String())
 			r.metrics.forget(req.NamespacedName)
 			r.highWater.forget(req.NamespacedName)
-			return ctrl.Result{}, nil
+			return r.releaseOrphanRecords(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, fmt.Errorf("reading distributedlock %s: %w", req.NamespacedName, err)
 	}
@@ -89,9 +87,10 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 
 	result, err := r.reconcile(ctx, lock)
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-		// Someone else wrote first; the watch brings the newer object.
-		log.V(1).Info("lost a write race; retrying from a fresh read", "reason", err.Error())
-		return ctrl.Result{RequeueAfter: conflictRetryDelay}, nil
+		// Someone else wrote first. The pass runs again from a fresh read
+		// of the cache, paced by the controller's rate limiter (per-lock
+		// exponential backoff); nothing is retried blindly.
+		return ctrl.Result{}, fmt.Errorf("lost a write race, retrying from a fresh read: %w", err)
 	}
 	return result, err
 }
@@ -99,7 +98,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 // reconcile does one pass: lease in place, one status write, events after.
 func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1alpha1.DistributedLock) (ctrl.Result, error) {
 	if !lock.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalizeLock(ctx, lock)
+		return r.finalizeLock(ctx, lock)
 	}
 	if controllerutil.AddFinalizer(lock, locksv1alpha1.LockCleanupFinalizer) {
 		if err := r.Update(ctx, lock); err != nil {
@@ -112,8 +111,10 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-
+	// Taken after the Lease was read (it may come from the apiserver, not
+	// the cache): every record observed in this pass existed by now.
 	now := r.Clock.Now()
+
 	key := client.ObjectKeyFromObject(lock).String()
 	var obs lease.Observation
 	var renewIn time.Duration
@@ -128,19 +129,27 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 			obs = r.observations.Observe(key, lease.RecordOf(cand.lease), now)
 		}
 		leaseEvents, renewIn = append(leaseEvents, cand.events...), cand.renewIn
+		if cand.selectorErr != nil && state.ready {
+			state.ready, state.reason = false, locksv1alpha1.ReasonInvalidSelector
+			state.message = fmt.Sprintf("candidates mode grants nothing: %v; fix spec.candidates.podSelector", cand.selectorErr)
+			leaseEvents = append(leaseEvents, lockEvent{corev1.EventTypeWarning, EventSelectorInvalid, state.message})
+		}
 	}
 
 	res := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: now,
 		highWater: r.highWater.get(client.ObjectKeyFromObject(lock))})
 	grantToken := int64(obs.Record.Transitions)
-	if res.status.HolderPod, err = r.holderPodName(ctx, lock, &res.status, grantToken); err != nil {
+	candidateGrant := state.lease != nil && obs.Record.Holder != "" &&
+		state.lease.Annotations[locksv1alpha1.CandidateGrantAnnotation] == obs.Record.Holder
+	if res.status.HolderPod, err = r.holderPodName(ctx, lock, &res.status, grantToken, candidateGrant); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.updateStatus(ctx, lock, res.status); err != nil {
 		return ctrl.Result{}, err
 	}
-	result := ctrl.Result{RequeueAfter: earliest(res.expiresIn, renewIn)}
-	if err := r.releaseTerminatingLease(ctx, lock, state.lease); err != nil {
+	lapseIn, err := r.releaseTerminatingLease(ctx, lock, state.lease, obs, now)
+	result := ctrl.Result{RequeueAfter: earliest(res.expiresIn, renewIn, state.retryIn, lapseIn)}
+	if err != nil {
 		return result, err
 	}
 	if err := r.markHolderPod(ctx, lock, oldStatus.HolderPod, &lock.Status, grantToken); err != nil {
@@ -148,21 +157,31 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 		// the renewal this pass scheduled. The next pass tries again.
 		ctrl.LoggerFrom(ctx).Error(err, "marking the holder pod")
 	}
-	statusEvents := handedOffOverTakenOver(leaseEvents, res.events)
+	leaseEvents = newLeaseEvents(oldStatus, state.reason, leaseEvents)
+	statusEvents := statusEventsBesides(leaseEvents, res.events)
 	lockKey := client.ObjectKeyFromObject(lock)
 	r.metrics.statusWritten(lockKey, &lock.Status, r.Clock.Now())
 	r.metrics.observed(lockKey, append(candidateTransitions(leaseEvents), statusEvents...), now)
-	r.recordEvents(lock, state.lease, append(newLeaseEvents(oldStatus, leaseEvents), statusEvents...))
+	r.recordEvents(lock, state.lease, append(leaseEvents, statusEvents...))
 	return result, nil
 }
 
-// handedOffOverTakenOver drops the TakenOver the status derives for a grant
-// the controller itself made in candidates mode (reported as HandedOff).
-func handedOffOverTakenOver(leaseEvents, statusEvents []lockEvent) []lockEvent {
-	if !slices.ContainsFunc(leaseEvents, func(e lockEvent) bool { return e.reason == EventHandedOff }) {
-		return statusEvents
+// statusEventsBesides drops the status-derived events that the lease
+// events of the same pass already explain better: the TakenOver of a
+// candidates-mode hand-off (reported as HandedOff), and the Released or
+// Broken that a recreated Lease or a restored token floor looks like.
+func statusEventsBesides(leaseEvents, statusEvents []lockEvent) []lockEvent {
+	has := func(reason string) bool {
+		return slices.ContainsFunc(leaseEvents, func(e lockEvent) bool { return e.reason == reason })
 	}
-	return slices.DeleteFunc(slices.Clone(statusEvents), func(e lockEvent) bool { return e.reason == EventTakenOver })
+	drop := map[string]bool{}
+	if has(EventHandedOff) {
+		drop[EventTakenOver] = true
+	}
+	if has(EventLeaseRecreated) || has(EventTokenFloorRestored) {
+		drop[EventReleased], drop[EventBroken] = true, true
+	}
+	return slices.DeleteFunc(slices.Clone(statusEvents), func(e lockEvent) bool { return drop[e.reason] })
 }
 
 // candidateTransitions are the lease events that are lock transitions.
@@ -184,24 +203,6 @@ func (r *DistributedLockReconciler) updateStatus(ctx context.Context, lock *lock
 	return nil
 }
 
-// finalizeLock deletes the lock's Lease and then lets the lock go.
-func (r *DistributedLockReconciler) finalizeLock(ctx context.Context, lock *locksv1alpha1.DistributedLock) error {
-	if !controllerutil.ContainsFinalizer(lock, locksv1alpha1.LockCleanupFinalizer) {
-		return nil
-	}
-	if err := r.deleteLease(ctx, lock); err != nil {
-		return err
-	}
-	controllerutil.RemoveFinalizer(lock, locksv1alpha1.LockCleanupFinalizer)
-	if err := r.Update(ctx, lock); err != nil {
-		return fmt.Errorf("removing finalizer: %w", err)
-	}
-	r.observations.Forget(client.ObjectKeyFromObject(lock).String())
-	r.metrics.forget(client.ObjectKeyFromObject(lock))
-	r.highWater.forget(client.ObjectKeyFromObject(lock))
-	return nil
-}
-
 // earliest is the smallest positive duration, or zero if none is.
 func earliest(ds ...time.Duration) time.Duration {
 	var out time.Duration
@@ -213,18 +214,15 @@ func earliest(ds ...time.Duration) time.Duration {
 	return out
 }
 
-// newLeaseEvents drops a LeaseConflict the lock already reports, so a
-// foreign Lease's every change does not repeat the warning.
-func newLeaseEvents(old *locksv1alpha1.DistributedLockStatus, evs []lockEvent) []lockEvent {
+// newLeaseEvents drops a warning (LeaseConflict, SelectorInvalid) that the
+// lock's Ready condition already reported for the same reason, so every
+// pass over a foreign Lease or a bad selector does not repeat it.
+func newLeaseEvents(old *locksv1alpha1.DistributedLockStatus, readyReason string, evs []lockEvent) []lockEvent {
 	ready := meta.FindStatusCondition(old.Conditions, locksv1alpha1.ConditionReady)
-	out := evs[:0:0]
-	for _, ev := range evs {
-		if ev.reason == EventLeaseConflict && ready != nil && ready.Reason == locksv1alpha1.ReasonLeaseOwnedByOther {
-			continue
-		}
-		out = append(out, ev)
-	}
-	return out
+	repeated := ready != nil && ready.Reason == readyReason
+	return slices.DeleteFunc(slices.Clone(evs), func(ev lockEvent) bool {
+		return repeated && (ev.reason == EventLeaseConflict || ev.reason == EventSelectorInvalid)
+	})
 }
 
 func (r *DistributedLockReconciler) recordEvents(lock *locksv1alpha1.DistributedLock, lease *coordinationv1.Lease, evs []lockEvent) {
@@ -237,33 +235,48 @@ func (r *DistributedLockReconciler) recordEvents(lock *locksv1alpha1.Distributed
 	}
 }
 
-// locksForLease maps a Lease event to the locks backed by that Lease.
+// locksForLease maps a Lease event to the locks backed by that Lease, and
+// notes the event for the status-lag metric and the token high-water mark.
 func (r *DistributedLockReconciler) locksForLease(ctx context.Context, obj client.Object) []reconcile.Request {
-	var locks locksv1alpha1.DistributedLockList
-	if err := r.List(ctx, &locks, client.InNamespace(obj.GetNamespace()),
-		client.MatchingFields{leaseNameIndex: obj.GetName()}); err != nil {
+	locks, err := r.locksBackedBy(ctx, obj)
+	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "listing locks for lease", "lease", klog.KObj(obj))
 		return nil
 	}
-	reqs := make([]reconcile.Request, 0, len(locks.Items))
+	reqs := make([]reconcile.Request, 0, len(locks)+1)
 	now := r.Clock.Now()
 	leaseObj, isLease := obj.(*coordinationv1.Lease)
-	for i := range locks.Items {
-		key := types.NamespacedName{Namespace: locks.Items[i].Namespace, Name: locks.Items[i].Name}
+	for i := range locks {
+		key := types.NamespacedName{Namespace: locks[i].Namespace, Name: locks[i].Name}
 		r.metrics.leaseChanged(key, now)
-		if isLease && ownedBy(leaseObj, &locks.Items[i]) {
+		if isLease && ownedBy(leaseObj, &locks[i]) {
 			r.highWater.observe(key, leaseObj)
 		}
 		reqs = append(reqs, reconcile.Request{NamespacedName: key})
 	}
+	// A record (tied to no lock) being deleted: the lock of its name, if
+	// there is none, lets it go when its namespace is going.
+	if name := obj.GetLabels()[locksv1alpha1.LockNameLabel]; isLease && name != "" && obj.GetDeletionTimestamp() != nil && lease.ControllerUID(leaseObj) == "" {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}})
+	}
 	return reqs
+}
+
+// locksBackedBy lists the locks whose Lease obj is (by name, whether or not
+// the Lease is owned yet).
+func (r *DistributedLockReconciler) locksBackedBy(ctx context.Context, obj client.Object) ([]locksv1alpha1.DistributedLock, error) {
+	var locks locksv1alpha1.DistributedLockList
+	if err := r.List(ctx, &locks, client.InNamespace(obj.GetNamespace()),
+		client.MatchingFields{leaseNameIndex: obj.GetName()}); err != nil {
+		return nil, err
+	}
+	return locks.Items, nil
 }
 
 // ownedBy reports whether the Lease is controlled by the lock (tokens of a
 // Lease the lock does not control are not the lock's).
 func ownedBy(l *coordinationv1.Lease, lock *locksv1alpha1.DistributedLock) bool {
-	owner := metav1.GetControllerOf(l)
-	return owner != nil && owner.UID == lock.UID
+	return lease.ControllerUID(l) == lock.UID
 }
 
 // locksForPod maps a Pod event to the locks it may matter to: locks whose
@@ -278,7 +291,8 @@ func (r *DistributedLockReconciler) locksForPod(ctx context.Context, obj client.
 	for i := range locks.Items {
 		l := &locks.Items[i]
 		_, marked := obj.GetLabels()[locksv1alpha1.HolderLabelKey(l.Name)]
-		if marked || l.Status.HolderPod == obj.GetName() || candidateOf(l, obj) {
+		holds := l.Status.HolderPod == obj.GetName() || locksv1alpha1.PodNameOf(l.Status.Holder) == obj.GetName()
+		if marked || holds || candidateOf(l, obj) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: l.Namespace, Name: l.Name}})
 		}
 	}
@@ -290,7 +304,7 @@ func candidateOf(l *locksv1alpha1.DistributedLock, obj client.Object) bool {
 	if l.Spec.Candidates == nil {
 		return false
 	}
-	sel, err := metav1.LabelSelectorAsSelector(&l.Spec.Candidates.PodSelector)
+	sel, err := metav1.LabelSelectorAsSelector(l.Spec.Candidates.PodSelector.LabelSelector())
 	return err == nil && sel.Matches(labels.Set(obj.GetLabels()))
 }
 
@@ -304,13 +318,17 @@ func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ct
 	r.highWater = newTokenHighWater()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &locksv1alpha1.DistributedLock{}, leaseNameIndex,
 		func(o client.Object) []string {
-			return []string{o.(*locksv1alpha1.DistributedLock).EffectiveLeaseName()}
+			l := o.(*locksv1alpha1.DistributedLock)
+			if recorded := leaseNameOf(l); recorded != l.EffectiveLeaseName() {
+				return []string{recorded, l.EffectiveLeaseName()}
+			}
+			return []string{l.EffectiveLeaseName()}
 		}); err != nil {
 		return fmt.Errorf("indexing distributedlocks by lease name: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&locksv1alpha1.DistributedLock{}).
-		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.locksForLease)).
+		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.locksForPod)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1), SkipNameValidation: &r.SkipNameValidation}).
 		Named("distributedlock").

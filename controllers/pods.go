@@ -22,12 +22,19 @@ import (
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 
 // holderPodName is the pod the live holder's identity names, if it exists
-// in the lock's namespace and is not terminating; "" otherwise. A holder
-// whose grant token is below the highest token seen (a newer grant is on
-// its way) gets no pod: its marks would carry a token that is not its own.
+// in the lock's namespace, is not terminating, has the UID the identity
+// carries ("<pod>_<uid>[_<suffix>]") and consents: it lists the lock in its
+// locks.frontdesk.dev/may-hold annotation, or the controller granted it the
+// lock in candidates mode (the lock's own selector chose it). "" otherwise.
+// Nobody can have a pod marked (and a Service route to it) by holding a
+// lock under an identity that names the pod: UIDs are not secret (holder
+// identities show them), the pod's consent is. A holder whose
+// grant token is below the highest token seen (a newer grant is on its way)
+// gets no pod: its marks would carry a token that is not its own.
 func (r *DistributedLockReconciler) holderPodName(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	st *locksv1alpha1.DistributedLockStatus, grantToken int64) (string, error) {
-	if st.Holder == "" || !meta.IsStatusConditionTrue(st.Conditions, locksv1alpha1.ConditionHeld) || grantToken < st.FencingToken {
+	st *locksv1alpha1.DistributedLockStatus, grantToken int64, candidateGrant bool) (string, error) {
+	uid := locksv1alpha1.PodUIDOf(st.Holder)
+	if uid == "" || !meta.IsStatusConditionTrue(st.Conditions, locksv1alpha1.ConditionHeld) || grantToken < st.FencingToken {
 		return "", nil
 	}
 	pod := &corev1.Pod{}
@@ -38,7 +45,7 @@ func (r *DistributedLockReconciler) holderPodName(ctx context.Context, lock *loc
 		}
 		return "", fmt.Errorf("reading holder pod %s: %w", name, err)
 	}
-	if pod.DeletionTimestamp != nil {
+	if pod.DeletionTimestamp != nil || string(pod.UID) != uid || !(candidateGrant || locksv1alpha1.MayHold(pod.Annotations, lock.Name)) {
 		return "", nil
 	}
 	return pod.Name, nil
@@ -57,22 +64,8 @@ func (r *DistributedLockReconciler) markHolderPod(ctx context.Context, lock *loc
 			return err
 		}
 	}
-	key := locksv1alpha1.HolderLabelKey(lock.Name)
-	exists, err := labels.NewRequirement(key, selection.Exists, nil)
-	if err != nil {
-		return fmt.Errorf("building selector for %s: %w", key, err)
-	}
-	var marked corev1.PodList
-	if err := r.List(ctx, &marked, client.InNamespace(lock.Namespace),
-		client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*exists)}); err != nil {
-		return fmt.Errorf("listing pods marked as holders: %w", err)
-	}
-	for i := range marked.Items {
-		if pod := &marked.Items[i]; pod.Name != st.HolderPod {
-			if err := r.patchPodMarks(ctx, pod, lock.Name, nil); err != nil {
-				return err
-			}
-		}
+	if err := r.clearOtherPodMarks(ctx, lock, st.HolderPod); err != nil {
+		return err
 	}
 	if st.HolderPod == "" {
 		return nil
@@ -86,6 +79,41 @@ func (r *DistributedLockReconciler) markHolderPod(ctx context.Context, lock *loc
 		marks[locksv1alpha1.AcquiredAnnotationKey(lock.Name)] = st.AcquireTime.UTC().Format(time.RFC3339Nano)
 	}
 	return r.patchPodMarks(ctx, pod, lock.Name, marks)
+}
+
+// clearOtherPodMarks removes the lock's marks from every pod the cache
+// lists as marked, except keep.
+func (r *DistributedLockReconciler) clearOtherPodMarks(ctx context.Context, lock *locksv1alpha1.DistributedLock, keep string) error {
+	key := locksv1alpha1.HolderLabelKey(lock.Name)
+	exists, err := labels.NewRequirement(key, selection.Exists, nil)
+	if err != nil {
+		return fmt.Errorf("building selector for %s: %w", key, err)
+	}
+	var marked corev1.PodList
+	if err := r.List(ctx, &marked, client.InNamespace(lock.Namespace),
+		client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*exists)}); err != nil {
+		return fmt.Errorf("listing pods marked as holders: %w", err)
+	}
+	for i := range marked.Items {
+		if pod := &marked.Items[i]; pod.Name != keep {
+			if err := r.patchPodMarks(ctx, pod, lock.Name, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// clearAllPodMarks removes the lock's marks from every pod (the lock is
+// going away): the recorded holder pod by a patch that does not depend on
+// the cache, the others as the cache lists them.
+func (r *DistributedLockReconciler) clearAllPodMarks(ctx context.Context, lock *locksv1alpha1.DistributedLock) error {
+	if lock.Status.HolderPod != "" {
+		if err := r.clearPodMarks(ctx, lock, lock.Status.HolderPod); err != nil {
+			return err
+		}
+	}
+	return r.clearOtherPodMarks(ctx, lock, "")
 }
 
 // clearPodMarks removes the lock's label and annotations from the named pod

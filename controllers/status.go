@@ -21,6 +21,9 @@ type leaseState struct {
 	ready   bool
 	reason  string
 	message string
+	// retryIn is when to look at the Lease again although no event may
+	// come (an unadopted Lease whose holder may lapse); zero for never.
+	retryIn time.Duration
 }
 
 // lockEvent is an Event to record on the lock once its status is written.
@@ -57,13 +60,13 @@ type statusResult struct {
 func deriveStatus(in statusInput) statusResult {
 	old := in.lock.Status
 	st := *old.DeepCopy()
-	st.LeaseName = in.lock.EffectiveLeaseName()
+	st.LeaseName = leaseNameOf(in.lock)
 	st.ObservedGeneration = in.lock.Generation
 	setCondition(&st, in, locksv1alpha1.ConditionReady, boolStatus(in.lease.ready), in.lease.reason, in.lease.message)
 
 	current := in.lease.lease
 	if current == nil {
-		st.Holder, st.AcquireTime, st.RenewTime, st.ExpireTime = "", nil, nil, nil
+		st.Holder, st.AcquireTime, st.RenewTime = "", nil, nil
 		setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonLeaseUnavailable,
 			"the lock's Lease is unavailable: "+in.lease.message)
 		return statusResult{status: st}
@@ -73,18 +76,25 @@ func deriveStatus(in statusInput) statusResult {
 	st.FencingToken = max(old.FencingToken, int64(rec.Transitions), in.highWater)
 	st.Holder = rec.Holder
 	st.AcquireTime = current.Spec.AcquireTime.DeepCopy()
-	st.RenewTime = current.Spec.RenewTime.DeepCopy()
-	st.ExpireTime = nil
 
 	var expiresIn time.Duration
 	switch {
 	case rec.Holder == "":
 		setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonNotHeld, "nobody holds the lock")
+	case isInvalidGrant(old, rec):
+		setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonInvalidGrant,
+			fmt.Sprintf("the Lease names %s as holder with fencing token %d, which was already granted (to %s): "+
+				"a holder written by hand, not a grant; nobody may act on it. It is judged like a holder and lapses unless renewed",
+				rec.Holder, rec.Transitions, orNobody(old.Holder)))
+		expiresIn = max(in.observation.Deadline(lockDuration(in.lock)).Sub(in.now), 0)
+	case current.Annotations[locksv1alpha1.RevokedAnnotation] == rec.Holder:
+		setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonRevoked,
+			fmt.Sprintf("the grant of candidate %s (fencing token %d) was revoked: it is no longer eligible; "+
+				"the lock is handed on once the pod is gone or the hand-off delay has passed", locksv1alpha1.PodNameOf(rec.Holder), rec.Transitions))
 	default:
 		duration := rec.Duration(lockDuration(in.lock))
 		deadline := in.observation.Deadline(lockDuration(in.lock))
-		st.ExpireTime = &metav1.Time{Time: deadline.Truncate(time.Second)}
-		if remaining := deadline.Sub(in.now); remaining > 0 {
+		if remaining := deadline.Sub(in.now); remaining > 0 && !lapseRecorded(old, rec, current) {
 			expiresIn = remaining
 			setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionTrue, locksv1alpha1.ReasonHeld,
 				fmt.Sprintf("held by %s with fencing token %d", rec.Holder, rec.Transitions))
@@ -94,51 +104,114 @@ func deriveStatus(in statusInput) statusResult {
 					rec.Holder, rec.Transitions, duration))
 		}
 	}
-	return statusResult{status: st, events: transitionEvents(old, st, rec), expiresIn: expiresIn}
+	// renewTime moves only with a change of the status that operators see
+	// (holder, token, Held): routine renewals write the Lease, not status.
+	// It is the renewTime of the record each such change was made from, so
+	// an Expired status names exactly the record that lapsed.
+	st.RenewTime = old.RenewTime
+	if statusChanged(old, st) {
+		st.RenewTime = current.Spec.RenewTime.DeepCopy()
+	}
+	return statusResult{status: st, events: transitionEvents(old, st, rec, current), expiresIn: expiresIn}
+}
+
+// lapseRecorded reports whether the old status already says that this very
+// record (holder, token, renewTime) lapsed: observed by this controller
+// before, or by an earlier instance before a restart, whose observations
+// are lost. Such a record stays Expired; a renewal changes renewTime and
+// is judged afresh.
+func lapseRecorded(old locksv1alpha1.DistributedLockStatus, rec lease.Record, current *coordinationv1.Lease) bool {
+	held := meta.FindStatusCondition(old.Conditions, locksv1alpha1.ConditionHeld)
+	return held != nil && held.Reason == locksv1alpha1.ReasonExpired && old.Holder == rec.Holder &&
+		old.FencingToken == int64(rec.Transitions) && old.RenewTime != nil && current.Spec.RenewTime != nil &&
+		old.RenewTime.Equal(current.Spec.RenewTime)
+}
+
+// statusChanged reports whether cur differs from old in what operators see:
+// holder, token, acquire time, or a condition's status or reason.
+func statusChanged(old, cur locksv1alpha1.DistributedLockStatus) bool {
+	if old.Holder != cur.Holder || old.FencingToken != cur.FencingToken || !old.AcquireTime.Equal(cur.AcquireTime) {
+		return true
+	}
+	for _, c := range cur.Conditions {
+		o := meta.FindStatusCondition(old.Conditions, c.Type)
+		if o == nil || o.Status != c.Status || o.Reason != c.Reason {
+			return true
+		}
+	}
+	return false
+}
+
+// isInvalidGrant reports whether rec names a holder that was not granted
+// the lock: a new holder whose token is not above the recorded one, or the
+// holder already flagged so whose record has not moved to a new token.
+func isInvalidGrant(old locksv1alpha1.DistributedLockStatus, rec lease.Record) bool {
+	if rec.Holder == "" {
+		return false
+	}
+	held := meta.FindStatusCondition(old.Conditions, locksv1alpha1.ConditionHeld)
+	if held != nil && held.Reason == locksv1alpha1.ReasonInvalidGrant && old.Holder == rec.Holder && old.FencingToken == int64(rec.Transitions) {
+		return true
+	}
+	return rec.Holder != old.Holder && int64(rec.Transitions) <= old.FencingToken && old.FencingToken > 0
+}
+
+func orNobody(holder string) string {
+	if holder == "" {
+		return "nobody"
+	}
+	return holder
 }
 
 // transitionEvents names what changed between the recorded status and the
 // new one. Routine renewals produce no event.
-func transitionEvents(old, cur locksv1alpha1.DistributedLockStatus, rec lease.Record) []lockEvent {
+func transitionEvents(old, cur locksv1alpha1.DistributedLockStatus, rec lease.Record, current *coordinationv1.Lease) []lockEvent {
 	oldHeld := meta.FindStatusCondition(old.Conditions, locksv1alpha1.ConditionHeld)
 	newHeld := meta.FindStatusCondition(cur.Conditions, locksv1alpha1.ConditionHeld)
-	oldExpired := oldHeld != nil && oldHeld.Reason == locksv1alpha1.ReasonExpired
-	newExpired := newHeld != nil && newHeld.Reason == locksv1alpha1.ReasonExpired
+	reasonNow := func(r string) bool { return newHeld != nil && newHeld.Reason == r }
+	reasonBefore := func(r string) bool { return oldHeld != nil && oldHeld.Reason == r }
 
 	switch {
+	case reasonNow(locksv1alpha1.ReasonInvalidGrant):
+		if reasonBefore(locksv1alpha1.ReasonInvalidGrant) {
+			return nil
+		}
+		return []lockEvent{{corev1.EventTypeWarning, EventInvalidGrant, newHeld.Message}}
 	case rec.Holder != "" && int64(rec.Transitions) > old.FencingToken:
+		if by := current.Annotations[lease.HandedOffByAnnotation]; by != "" && by == old.Holder {
+			return []lockEvent{{corev1.EventTypeNormal, EventHandedOff,
+				fmt.Sprintf("%s released the lock and handed it to %s, the first in its queue, with fencing token %d", by, rec.Holder, rec.Transitions)}}
+		}
 		if old.Holder != "" && old.Holder != rec.Holder {
 			return []lockEvent{{corev1.EventTypeNormal, EventTakenOver,
 				fmt.Sprintf("%s took the lock over from %s with fencing token %d", rec.Holder, old.Holder, rec.Transitions)}}
 		}
 		return []lockEvent{{corev1.EventTypeNormal, EventAcquired,
 			fmt.Sprintf("%s acquired the lock with fencing token %d", rec.Holder, rec.Transitions)}}
+	case rec.Holder == "" && int64(rec.Transitions) > old.FencingToken && old.LeaseName != "":
+		// A recorded lock whose token went up with nobody granted.
+		if old.Holder != "" {
+			return []lockEvent{{corev1.EventTypeWarning, EventBroken, fmt.Sprintf(
+				"the lock was broken: the grant of %s (fencing token %d) was voided and the fencing token raised to %d",
+				old.Holder, old.FencingToken, rec.Transitions)}}
+		}
+		return []lockEvent{{corev1.EventTypeWarning, EventBroken, fmt.Sprintf(
+			"the lock was broken while free: the fencing token was raised from %d to %d", old.FencingToken, rec.Transitions)}}
 	case rec.Holder == "" && old.Holder != "":
 		return []lockEvent{{corev1.EventTypeNormal, EventReleased,
 			fmt.Sprintf("%s released the lock (fencing token %d)", old.Holder, cur.FencingToken)}}
 	case rec.Holder == "" || rec.Holder != old.Holder:
 		return nil
-	case newExpired && !oldExpired:
+	case reasonNow(locksv1alpha1.ReasonRevoked):
+		return nil // the controller's own revocation is reported as Revoked
+	case reasonNow(locksv1alpha1.ReasonExpired) && !reasonBefore(locksv1alpha1.ReasonExpired):
 		return []lockEvent{{corev1.EventTypeWarning, EventExpired,
 			fmt.Sprintf("%s stopped renewing; its lease (fencing token %d) lapsed", rec.Holder, rec.Transitions)}}
-	case !newExpired && oldExpired:
+	case !reasonNow(locksv1alpha1.ReasonExpired) && reasonBefore(locksv1alpha1.ReasonExpired):
 		return []lockEvent{{corev1.EventTypeWarning, EventRenewed,
 			fmt.Sprintf("%s renewed after its lease had lapsed (fencing token %d); writes it made meanwhile must be fenced", rec.Holder, rec.Transitions)}}
-	case isFirstRenewal(old, cur):
-		return []lockEvent{{corev1.EventTypeNormal, EventRenewed,
-			fmt.Sprintf("%s is renewing the lock (fencing token %d); further renewals are not recorded as events", rec.Holder, rec.Transitions)}}
 	}
 	return nil
-}
-
-// isFirstRenewal reports whether the grant was renewed for the first time:
-// the recorded renewTime still equalled the acquireTime and now moved past it.
-func isFirstRenewal(old, cur locksv1alpha1.DistributedLockStatus) bool {
-	if old.RenewTime == nil || old.AcquireTime == nil || cur.RenewTime == nil || cur.AcquireTime == nil {
-		return false
-	}
-	return old.RenewTime.Equal(old.AcquireTime) && cur.AcquireTime.Equal(old.AcquireTime) &&
-		cur.RenewTime.Time.After(old.RenewTime.Time)
 }
 
 // lockDuration is the lock's own lease duration, for Leases that carry none.

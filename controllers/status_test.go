@@ -6,6 +6,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -30,6 +31,14 @@ func makeLease(holder string, transitions, duration int32, acquire, renew time.T
 		l.Spec.HolderIdentity = ptr.To(holder)
 		l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(acquire))
 		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(renew))
+	}
+	return l
+}
+
+func revokedLease(l *coordinationv1.Lease) *coordinationv1.Lease {
+	l.Annotations = map[string]string{
+		locksv1alpha1.CandidateGrantAnnotation: *l.Spec.HolderIdentity,
+		locksv1alpha1.RevokedAnnotation:        *l.Spec.HolderIdentity,
 	}
 	return l
 }
@@ -171,6 +180,60 @@ func TestDeriveStatus(t *testing.T) {
 			wantEvents: []string{EventReleased},
 		},
 		{
+			name:       "holder cleared and token raised: Broken, not Released",
+			old:        heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
+			lease:      ready(makeLease("", 6, 15, t0, t0)),
+			wantToken:  6,
+			wantHeld:   metav1.ConditionFalse,
+			wantReason: locksv1alpha1.ReasonNotHeld,
+			wantReady:  metav1.ConditionTrue,
+			wantEvents: []string{EventBroken},
+		},
+		{
+			name:       "a free lock broken: Broken",
+			old:        heldStatus("", 5, t0, t0, locksv1alpha1.ReasonNotHeld),
+			lease:      ready(makeLease("", 6, 15, t0, t0)),
+			wantToken:  6,
+			wantHeld:   metav1.ConditionFalse,
+			wantReason: locksv1alpha1.ReasonNotHeld,
+			wantReady:  metav1.ConditionTrue,
+			wantEvents: []string{EventBroken},
+		},
+		{
+			name:         "a new holder with a token already granted: InvalidGrant, not held",
+			old:          heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
+			lease:        ready(makeLease("rogue", 5, 15, t0, t0)),
+			wantHolder:   "rogue",
+			wantToken:    5,
+			wantHeld:     metav1.ConditionFalse,
+			wantReason:   locksv1alpha1.ReasonInvalidGrant,
+			wantReady:    metav1.ConditionTrue,
+			wantEvents:   []string{EventInvalidGrant},
+			wantExpireIn: 15 * time.Second,
+		},
+		{
+			name:         "an invalid grant stays invalid while it renews, with no second event",
+			old:          heldStatus("rogue", 5, t0, t0, locksv1alpha1.ReasonInvalidGrant),
+			lease:        ready(makeLease("rogue", 5, 15, t0, t0.Add(5*time.Second))),
+			wantHolder:   "rogue",
+			wantToken:    5,
+			wantHeld:     metav1.ConditionFalse,
+			wantReason:   locksv1alpha1.ReasonInvalidGrant,
+			wantReady:    metav1.ConditionTrue,
+			wantExpireIn: 15 * time.Second,
+		},
+		{
+			name:        "a revoked candidate grant: Revoked, not held, no event from status",
+			old:         heldStatus("web-0_u", 5, t0, t0, locksv1alpha1.ReasonHeld),
+			lease:       ready(revokedLease(makeLease("web-0_u", 5, 15, t0, t0.Add(time.Second)))),
+			wantHolder:  "web-0_u",
+			wantToken:   5,
+			wantHeld:    metav1.ConditionFalse,
+			wantReason:  locksv1alpha1.ReasonRevoked,
+			wantReady:   metav1.ConditionTrue,
+			observedAgo: time.Second,
+		},
+		{
 			name:       "token never decreases below the recorded one",
 			old:        heldStatus("", 7, t0, t0, locksv1alpha1.ReasonNotHeld),
 			lease:      ready(makeLease("", 3, 15, t0, t0)),
@@ -199,7 +262,7 @@ func TestDeriveStatus(t *testing.T) {
 			wantReady:  metav1.ConditionFalse,
 		},
 		{
-			name:         "first renewal of a grant: one Renewed event",
+			name:         "first renewal of a grant: no event",
 			old:          heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
 			lease:        ready(makeLease("a", 5, 15, t0, t0.Add(5*time.Second))),
 			wantHolder:   "a",
@@ -207,7 +270,6 @@ func TestDeriveStatus(t *testing.T) {
 			wantHeld:     metav1.ConditionTrue,
 			wantReason:   locksv1alpha1.ReasonHeld,
 			wantReady:    metav1.ConditionTrue,
-			wantEvents:   []string{EventRenewed},
 			wantExpireIn: 15 * time.Second,
 		},
 		{
@@ -232,6 +294,18 @@ func TestDeriveStatus(t *testing.T) {
 			wantReady:    metav1.ConditionTrue,
 			wantEvents:   []string{EventRenewed},
 			wantExpireIn: 15 * time.Second,
+		},
+		{
+			// After a controller restart its observations start over; the
+			// status already names this very record as lapsed.
+			name:       "the record status already says lapsed, freshly observed: stays Expired, no Renewed",
+			old:        heldStatus("a", 5, t0, t0.Add(5*time.Second), locksv1alpha1.ReasonExpired),
+			lease:      ready(makeLease("a", 5, 15, t0, t0.Add(5*time.Second))),
+			wantHolder: "a",
+			wantToken:  5,
+			wantHeld:   metav1.ConditionFalse,
+			wantReason: locksv1alpha1.ReasonExpired,
+			wantReady:  metav1.ConditionTrue,
 		},
 	}
 	for _, tc := range cases {
@@ -276,11 +350,17 @@ func TestDeriveStatus(t *testing.T) {
 			if res.expiresIn != tc.wantExpireIn {
 				t.Errorf("expiresIn = %s, want %s", res.expiresIn, tc.wantExpireIn)
 			}
-			if tc.wantHolder != "" {
-				wantExpire := obs.Deadline(lockDuration(lock))
-				if st.ExpireTime == nil || !st.ExpireTime.Time.Equal(wantExpire.Truncate(time.Second)) {
-					t.Errorf("expireTime = %v, want %v", st.ExpireTime, wantExpire)
-				}
+			// renewTime follows the record only when the status changes
+			// for another reason.
+			wantRenew := tc.old.RenewTime
+			switch {
+			case tc.lease.lease == nil:
+				wantRenew = nil
+			case statusChanged(tc.old, st):
+				wantRenew = tc.lease.lease.Spec.RenewTime
+			}
+			if !st.RenewTime.Equal(wantRenew) {
+				t.Errorf("renewTime = %v, want %v", st.RenewTime, wantRenew)
 			}
 		})
 	}
@@ -305,5 +385,66 @@ func TestDeriveStatusKeepsTransitionTimeWhenUnchanged(t *testing.T) {
 	}
 	if len(second.events) != 0 {
 		t.Errorf("an unchanged lease produced events %v", second.events)
+	}
+}
+
+// A renewal changes nothing in status (so it costs no status write), and an
+// Expired status names the renewTime of the record that lapsed.
+func TestRenewalsLeaveStatusUnchanged(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	tracker := lease.NewObserver()
+	lock := testutil.MakeLock("billing", "ns").Generation(1).Obj()
+	derive := func(l *coordinationv1.Lease) statusResult {
+		obs := tracker.Observe("ns/billing", lease.RecordOf(l), clk.Now())
+		res := deriveStatus(statusInput{lock: lock, lease: leaseState{lease: l, ready: true, reason: locksv1alpha1.ReasonLeaseReady,
+			message: "in sync"}, observation: obs, now: clk.Now()})
+		lock.Status = res.status
+		return res
+	}
+	granted := derive(makeLease("a", 1, 15, t0, t0))
+	for i := 1; i <= 5; i++ {
+		clk.Step(5 * time.Second)
+		before := *lock.Status.DeepCopy()
+		res := derive(makeLease("a", 1, 15, t0, t0.Add(time.Duration(i)*5*time.Second)))
+		if !equality.Semantic.DeepEqual(before, res.status) || len(res.events) != 0 {
+			t.Fatalf("renewal %d changed status or made events: %v", i, res.events)
+		}
+	}
+	if !lock.Status.RenewTime.Time.Equal(t0) || granted.status.Holder != "a" {
+		t.Fatalf("renewTime %v after renewals; want the grant's %v", lock.Status.RenewTime, t0)
+	}
+	clk.Step(15 * time.Second)
+	expired := derive(makeLease("a", 1, 15, t0, t0.Add(25*time.Second)))
+	if held := meta.FindStatusCondition(expired.status.Conditions, locksv1alpha1.ConditionHeld); held.Reason != locksv1alpha1.ReasonExpired {
+		t.Fatalf("Held = %+v, want Expired", held)
+	}
+	if want := t0.Add(25 * time.Second); !expired.status.RenewTime.Time.Equal(want) {
+		t.Errorf("Expired status names renewTime %v, want the lapsed record's %v", expired.status.RenewTime, want)
+	}
+}
+
+// Only a status that already says Expired for this very record (holder,
+// token and renewTime) keeps it Expired without a fresh observation.
+func TestLapseRecordedOnlyForTheSameRecord(t *testing.T) {
+	lapsed := heldStatus("a", 5, t0, t0.Add(5*time.Second), locksv1alpha1.ReasonExpired)
+	cases := []struct {
+		name  string
+		old   locksv1alpha1.DistributedLockStatus
+		lease *coordinationv1.Lease
+		want  bool
+	}{
+		{"the record status says lapsed", lapsed, makeLease("a", 5, 15, t0, t0.Add(5*time.Second)), true},
+		{"renewed since", lapsed, makeLease("a", 5, 15, t0, t0.Add(6*time.Second)), false},
+		{"another token", lapsed, makeLease("a", 6, 15, t0, t0.Add(5*time.Second)), false},
+		{"another holder", lapsed, makeLease("b", 5, 15, t0, t0.Add(5*time.Second)), false},
+		{"status says held", heldStatus("a", 5, t0, t0.Add(5*time.Second), locksv1alpha1.ReasonHeld),
+			makeLease("a", 5, 15, t0, t0.Add(5*time.Second)), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := lapseRecorded(tc.old, lease.RecordOf(tc.lease), tc.lease); got != tc.want {
+				t.Errorf("lapseRecorded = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -26,6 +26,24 @@ const (
 	// ReasonLeaseOwnedByOther: a Lease of that name is controlled by another
 	// object, so this lock cannot use it.
 	ReasonLeaseOwnedByOther = "LeaseOwnedByOther"
+	// ReasonLeaseInUse: a Lease of that name exists, frontdesk did not
+	// create it and someone holds it; it is adopted once free (or at once
+	// with spec.leaseAdoption: WhileHeld).
+	ReasonLeaseInUse = "LeaseInUse"
+	// ReasonLeaseRetiredByOther: a Lease of that name keeps the fencing
+	// tokens of another, deleted lock; this lock may not take them over.
+	ReasonLeaseRetiredByOther = "LeaseRetiredByOther"
+	// ReasonLeaseNameChanged: spec.leaseName no longer names the Lease the
+	// lock was recorded on (status.leaseName); the controller keeps using
+	// the recorded one.
+	ReasonLeaseNameChanged = "LeaseNameChanged"
+	// ReasonInvalidSelector: spec.candidates.podSelector cannot select
+	// pods; candidates mode grants nothing until it is fixed.
+	ReasonInvalidSelector = "InvalidSelector"
+	// ReasonDeleting: the lock is being deleted; it waits for its holder to
+	// release or lapse, then keeps its Lease as the record of its fencing
+	// tokens.
+	ReasonDeleting = "Deleting"
 )
 
 // Reasons for the Held condition.
@@ -40,4 +58,12 @@ const (
 	// ReasonLeaseUnavailable: the Lease cannot be read, so nobody can hold
 	// the lock through it.
 	ReasonLeaseUnavailable = "LeaseUnavailable"
+	// ReasonRevoked: in candidates mode, the holder pod stopped being
+	// eligible; the controller revoked its grant and hands the lock on once
+	// the pod is gone or the hand-off delay has passed.
+	ReasonRevoked = "Revoked"
+	// ReasonInvalidGrant: the Lease names a new holder without a new
+	// fencing token (written by hand, not granted): it is not a valid grant
+	// and nobody should act on it.
+	ReasonInvalidGrant = "InvalidGrant"
 )

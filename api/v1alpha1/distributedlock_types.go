@@ -8,8 +8,25 @@ import (
 // set spec.leaseDurationSeconds. It must match the +kubebuilder:default marker.
 const DefaultLeaseDurationSeconds int32 = 15
 
+// MaxFencingToken is the highest fencing token a lock can grant: the Lease's
+// spec.leaseTransitions is an int32. A lock at this token grants no more.
+const MaxFencingToken int64 = 1<<31 - 1
+
+// LeaseAdoption says when a lock adopts an existing Lease that no object
+// controls and frontdesk did not create.
+// +kubebuilder:validation:Enum=WhenFree;WhileHeld
+type LeaseAdoption string
+
+const (
+	// LeaseAdoptionWhenFree adopts such a Lease only once nobody holds it
+	// (no holder, or a holder the controller has seen lapse).
+	LeaseAdoptionWhenFree LeaseAdoption = "WhenFree"
+	// LeaseAdoptionWhileHeld adopts it at once, with its live holder, for
+	// a Lease that client-go leader election already uses.
+	LeaseAdoptionWhileHeld LeaseAdoption = "WhileHeld"
+)
+
 // DistributedLockSpec is the desired state of a DistributedLock.
-// +kubebuilder:validation:XValidation:rule="has(self.leaseName) == has(oldSelf.leaseName) && (!has(self.leaseName) || self.leaseName == oldSelf.leaseName)",message="leaseName is immutable: delete and recreate the lock to use another Lease"
 type DistributedLockSpec struct {
 	// leaseDurationSeconds is how long a grant stays valid without a renewal.
 	// A holder must renew within this window; other clients, and the
@@ -23,7 +40,8 @@ type DistributedLockSpec struct {
 
 	// leaseName is the name of the coordination.k8s.io/v1 Lease, in the lock's
 	// namespace, that backs this lock. It defaults to the lock's own name and
-	// cannot be changed after creation.
+	// cannot be changed after creation (setting it to the name it already
+	// defaults to is not a change).
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
@@ -38,21 +56,110 @@ type DistributedLockSpec struct {
 	// being Ready. The holder pod is labelled so a Service can select it.
 	// +optional
 	Candidates *CandidatesSpec `json:"candidates,omitempty"`
+
+	// leaseAdoption says when the lock adopts an existing Lease of its
+	// leaseName that no object controls and frontdesk did not create:
+	// WhenFree (the default) waits until nobody holds it; WhileHeld adopts
+	// it with its live holder (a Lease that client-go leader election
+	// uses). A Lease frontdesk did not create is never deleted: when the
+	// lock is deleted it is handed back as it is.
+	// +optional
+	// +kubebuilder:default=WhenFree
+	LeaseAdoption LeaseAdoption `json:"leaseAdoption,omitempty"`
 }
 
 // CandidatesSpec selects the pods the controller holds the lock for.
 type CandidatesSpec struct {
-	// podSelector selects candidate pods in the lock's namespace. An empty
+	// podSelector selects candidate pods in the lock's namespace, as a
+	// Kubernetes label selector (matchLabels, matchExpressions). An empty
 	// selector selects every pod in the namespace.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="podSelector.matchExpressions[].operator must be one of In, NotIn, Exists, DoesNotExist"
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="podSelector.matchExpressions[]: In and NotIn need values; Exists and DoesNotExist take none"
-	PodSelector metav1.LabelSelector `json:"podSelector"`
+	PodSelector PodSelector `json:"podSelector"`
+
+	// handOffDelaySeconds is how long the controller waits, after it
+	// revokes the grant of a holder pod that stopped being eligible (not
+	// Ready, terminating, no longer selected), before it grants the lock to
+	// the next candidate, unless the old pod is gone (deleted) sooner. The
+	// old pod has no grant Context: its marks are removed at revocation,
+	// and it learns of that only when its downward-API files refresh.
+	// Unset means the lock's lease duration, the safe value; shorter values
+	// trade that safety for a faster hand-off.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	HandOffDelaySeconds *int32 `json:"handOffDelaySeconds,omitempty"`
+}
+
+// PodSelector is a label selector with the JSON form of a Kubernetes
+// LabelSelector, bounded so that the apiserver can check every key and value
+// at admission (a selector that cannot select pods is refused, not accepted
+// and then ignored).
+// +kubebuilder:validation:XValidation:rule="!has(self.matchLabels) || self.matchLabels.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="podSelector.matchLabels keys must be valid label keys: an optional DNS subdomain prefix and '/', then a name of at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+type PodSelector struct {
+	// matchLabels selects pods that carry every one of these labels.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	MatchLabels map[string]LabelValue `json:"matchLabels,omitempty"`
+
+	// matchExpressions selects pods that meet every one of these
+	// requirements.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	MatchExpressions []PodSelectorRequirement `json:"matchExpressions,omitempty"`
+}
+
+// PodSelectorRequirement is one requirement of a PodSelector, as in a
+// Kubernetes LabelSelector.
+// +kubebuilder:validation:XValidation:rule="(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)",message="podSelector.matchExpressions[]: In and NotIn need values; Exists and DoesNotExist take none"
+type PodSelectorRequirement struct {
+	// key is the label key the requirement applies to.
+	// +required
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
+	Key string `json:"key"`
+
+	// operator is how the key relates to the values: In, NotIn, Exists or
+	// DoesNotExist.
+	// +required
+	// +kubebuilder:validation:Enum=In;NotIn;Exists;DoesNotExist
+	Operator metav1.LabelSelectorOperator `json:"operator"`
+
+	// values are the label values for In and NotIn; empty for Exists and
+	// DoesNotExist.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	Values []LabelValue `json:"values,omitempty"`
+}
+
+// LabelValue is a Kubernetes label value: at most 63 letters, digits, '-',
+// '_' or '.', starting and ending with a letter or digit, or empty.
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:Pattern=`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`
+type LabelValue string
+
+// LabelSelector is the selector as the Kubernetes libraries take it.
+func (s *PodSelector) LabelSelector() *metav1.LabelSelector {
+	out := &metav1.LabelSelector{}
+	if s.MatchLabels != nil {
+		out.MatchLabels = make(map[string]string, len(s.MatchLabels))
+		for k, v := range s.MatchLabels {
+			out.MatchLabels[k] = string(v)
+		}
+	}
+	for _, r := range s.MatchExpressions {
+		req := metav1.LabelSelectorRequirement{Key: r.Key, Operator: r.Operator}
+		for _, v := range r.Values {
+			req.Values = append(req.Values, string(v))
+		}
+		out.MatchExpressions = append(out.MatchExpressions, req)
+	}
+	return out
 }
 
 // DistributedLockStatus is the state of a DistributedLock as observed by the
 // controller from its Lease.
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.fencingToken) || (has(self.fencingToken) && self.fencingToken >= oldSelf.fencingToken)",message="fencingToken must never decrease"
 type DistributedLockStatus struct {
 	// holder is the identity that holds the lock, or empty when nobody does.
 	// A holder whose lease has lapsed stays here until another client takes
@@ -62,27 +169,23 @@ type DistributedLockStatus struct {
 
 	// fencingToken is the highest fencing token ever granted for this lock:
 	// the Lease's spec.leaseTransitions. It never decreases, even when the
-	// Lease is deleted and recreated.
+	// Lease is deleted and recreated, or the lock itself is.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	FencingToken int64 `json:"fencingToken,omitempty"`
+	// +kubebuilder:validation:Maximum=2147483647
+	FencingToken int64 `json:"fencingToken"`
 
 	// acquireTime is when the current holder acquired the lock, as written by
 	// that holder into the Lease.
 	// +optional
 	AcquireTime *metav1.MicroTime `json:"acquireTime,omitempty"`
 
-	// renewTime is when the current holder last renewed the lock, as written
-	// by that holder into the Lease.
+	// renewTime is the holder's renewTime, as written by the holder into the
+	// Lease, when the status last changed (a grant, a release, an expiry):
+	// routine renewals are written to the Lease only, never to status. When
+	// Held is Expired it names exactly the record that lapsed.
 	// +optional
 	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
-
-	// expireTime is when the controller will consider the grant lapsed: the
-	// time it last observed the Lease change plus the lease duration. It is
-	// judged on the controller's own clock, never by comparing the holder's
-	// timestamps with it.
-	// +optional
-	ExpireTime *metav1.Time `json:"expireTime,omitempty"`
 
 	// leaseName is the name of the Lease that backs this lock.
 	// +optional
@@ -114,12 +217,16 @@ type DistributedLockStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=dlock;dlocks,categories=frontdesk
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: it is the value of the locks.frontdesk.dev/lock label on the lock's Lease"
+// +kubebuilder:validation:XValidation:rule="(has(self.spec) && has(self.spec.leaseName) && size(self.spec.leaseName) > 0 ? self.spec.leaseName : self.metadata.name) == (has(oldSelf.spec) && has(oldSelf.spec.leaseName) && size(oldSelf.spec.leaseName) > 0 ? oldSelf.spec.leaseName : oldSelf.metadata.name)",message="spec.leaseName is immutable (unset, it is the lock's own name): delete the lock and create one with the new leaseName"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.fencingToken) || (has(self.status) && has(self.status.fencingToken) && self.status.fencingToken >= oldSelf.status.fencingToken)",message="status.fencingToken must never decrease, and cannot be removed"
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder`
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`
 // +kubebuilder:printcolumn:name="Held",type=string,JSONPath=`.status.conditions[?(@.type=="Held")].status`
-// +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expireTime`,description="When the controller will consider the grant lapsed, as observed on its own clock"
+// +kubebuilder:printcolumn:name="Lease",type=integer,JSONPath=`.spec.leaseDurationSeconds`,description="Lease duration in seconds: a holder that stops renewing lapses this long after its last renewal (renewals are not written to status)"
+// +kubebuilder:printcolumn:name="Acquired",type=date,JSONPath=`.status.acquireTime`,description="When the current grant was made, as written by its grantor"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
-// +kubebuilder:printcolumn:name="Lease",type=string,JSONPath=`.status.leaseName`,priority=1
+// +kubebuilder:printcolumn:name="LeaseName",type=string,JSONPath=`.status.leaseName`,priority=1
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.holderPod`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DistributedLock struct {

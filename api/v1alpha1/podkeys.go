@@ -21,6 +21,20 @@ const (
 	// last granted the lock to in candidates mode. When it equals the
 	// current holder, the grant is the controller's to renew or hand off.
 	CandidateGrantAnnotation = "locks.frontdesk.dev/candidate-grant"
+	// ParticipantLabel, set to "true" on a pod, makes the pod one that
+	// frontdesk watches: a candidate in candidates mode (when the lock's
+	// selector also picks it) or a pod that can be marked as a library
+	// holder (with MayHoldAnnotation). The manager caches and watches only
+	// such pods, not every pod of the cluster.
+	ParticipantLabel = "locks.frontdesk.dev/participant"
+	// MayHoldAnnotation on a pod lists (comma-separated, or "*" for any)
+	// the locks of its namespace that it may be marked as the holder of
+	// when a client of the library holds them as the pod's identity. A pod
+	// that does not list a lock is never marked for it, so nobody can have
+	// a pod marked (and a Service route to it) by holding a lock under that
+	// pod's identity: the pod's owner opts in. Candidates-mode grants need
+	// no such consent: the lock's own selector chose the pod.
+	MayHoldAnnotation = "locks.frontdesk.dev/may-hold"
 	// IdentitySeparator separates the pod name from the rest of a holder
 	// identity: "<pod>_<suffix>". It cannot occur in a pod name.
 	IdentitySeparator = "_"
@@ -31,6 +45,60 @@ const (
 func PodNameOf(identity string) string {
 	name, _, _ := strings.Cut(identity, IdentitySeparator)
 	return name
+}
+
+// PodUIDOf returns the pod UID a holder identity carries
+// ("<pod>_<uid>[_<suffix>]", the UID in its 36-character text form), or ""
+// when it carries none. The controller marks a pod as a lock's holder only
+// when the identity names that pod and carries its UID, so a workload
+// cannot have a pod it does not run marked by choosing its identity.
+func PodUIDOf(identity string) string {
+	parts := strings.SplitN(identity, IdentitySeparator, 3)
+	if len(parts) < 2 || !isUUID(parts[1]) {
+		return ""
+	}
+	return parts[1]
+}
+
+// MayHold reports whether a pod with the given annotations opted in to
+// being marked as the holder of lockName (MayHoldAnnotation).
+func MayHold(podAnnotations map[string]string, lockName string) bool {
+	for _, name := range strings.Split(podAnnotations[MayHoldAnnotation], ",") {
+		if name = strings.TrimSpace(name); name == "*" || name == lockName {
+			return true
+		}
+	}
+	return false
+}
+
+// PodIdentity is the holder identity of a pod: "<pod>_<uid>", followed by
+// "_<suffix>" when suffix is not empty.
+func PodIdentity(podName, uid, suffix string) string {
+	id := podName + IdentitySeparator + uid
+	if suffix != "" {
+		id += IdentitySeparator + suffix
+	}
+	return id
+}
+
+// isUUID reports whether s has the 8-4-4-4-12 hexadecimal form of a UID.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !strings.ContainsRune("0123456789abcdefABCDEF", c) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // maxKeyName is the longest name part of a label or annotation key.

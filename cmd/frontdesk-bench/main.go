@@ -33,7 +33,7 @@ func main() {
 	flag.StringVar(&opts.AssetsDir, "assets", "", "Directory with kube-apiserver, etcd and kubectl (default: $KUBEBUILDER_ASSETS, else bin/k8s).")
 	flag.IntVar(&opts.Iterations, "iterations", 500, "Samples of each uncontended operation.")
 	flag.IntVar(&opts.Handoffs, "handoffs", 200, "Handoffs measured per waiter count.")
-	flag.StringVar(&waiters, "waiters", "1,10,50", "Comma-separated waiter counts for the handoff measurement.")
+	flag.StringVar(&waiters, "waiters", "1,10,50,200", "Comma-separated waiter counts for the handoff and writes measurements.")
 	var duration int
 	flag.IntVar(&duration, "lease-duration", 15, "Lease duration of the locks, in seconds.")
 	var costSizes string
@@ -41,7 +41,10 @@ func main() {
 	flag.StringVar(&costSizes, "cost", "", "Instead of latencies, measure the controller's cost with these numbers of locks, e.g. 1000,10000.")
 	flag.IntVar(&cost.RenewalsPerSecond, "cost-renewals", 50, "Renewals per second across all locks while measuring status lag.")
 	flag.DurationVar(&cost.Duration, "cost-duration", 20*time.Second, "How long to renew while measuring status lag.")
-	flag.IntVar(&cost.Pods, "cost-pods", 0, "Unrelated pods to create before measuring the controller's cost (it watches every pod).")
+	flag.IntVar(&cost.Pods, "cost-pods", 0, "Unrelated pods to create before measuring the controller's cost.")
+	flag.IntVar(&cost.ForeignLeases, "cost-foreign-leases", 0, "Leases that back no lock (like node heartbeats) to create before measuring the controller's cost.")
+	flag.BoolVar(&cost.ForeignChurn, "cost-churn", true, "While measuring the controller's cost, renew every foreign Lease every 10 s and change 1 unrelated pod in 60 each second.")
+	flag.StringVar(&cost.ManagerBinary, "cost-manager", "", "Manager binary to measure the cost of (default: built from this checkout), e.g. an older version to compare.")
 	peers := bench.PeersOptions{Locks: []int{1, 10, 100}}
 	flag.BoolVar(&withPeers, "peers", true, "Also measure etcd's Mutex and Redis side by side (same run, same TTL).")
 	flag.DurationVar(&peers.TTL, "peers-ttl", 2*time.Second, "TTL of every system in the side-by-side run.")
@@ -64,7 +67,7 @@ func main() {
 		}
 		return
 	}
-	if _, err := bench.Run(ctx, opts, os.Stdout); err != nil {
+	if _, _, err := bench.Run(ctx, opts, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "frontdesk-bench:", err)
 		os.Exit(1)
 	}

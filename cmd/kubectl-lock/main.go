@@ -9,5 +9,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == cli.WatchdogArg {
+		// kubectl lock run started this binary again as the watchdog of
+		// its command's process group.
+		os.Exit(cli.RunWatchdog())
+	}
 	os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

@@ -56,54 +56,87 @@ func (r Row) Percentile(p float64) time.Duration {
 const namespace = "bench"
 
 // Run starts a local control plane with the manager, measures, and prints
-// the table to out. It returns the rows for callers that check them.
-func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, error) {
+// the tables to out: latencies, then what each operation costs the
+// apiserver in writes. It returns the rows for callers that check them.
+func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, []WritesRow, error) {
 	env, err := localrun.StartEnvironment(ctx, localrun.EnvironmentOptions{AssetsDir: opts.AssetsDir, MetricsBindAddress: "0"})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer env.Stop()
 	cfg := env.ControlPlane.Config
-	cs, err := kubernetes.NewForConfig(cfg)
+	// Protobuf for the built-in types, as lock.New uses: the raw CAS and
+	// the library are measured on the same encoding.
+	cs, err := kubernetes.NewForConfig(lock.ProtobufConfig(cfg))
 	if err != nil {
-		return nil, fmt.Errorf("creating client: %w", err)
+		return nil, nil, fmt.Errorf("creating client: %w", err)
 	}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("creating namespace: %w", err)
+		return nil, nil, fmt.Errorf("creating namespace: %w", err)
 	}
-	names := []string{"raw", "library"}
+	names := []string{"raw", "library", "writes-renew"}
 	for _, w := range opts.Waiters {
-		names = append(names, fmt.Sprintf("handoff-%d", w))
+		names = append(names, fmt.Sprintf("handoff-%d", w), fmt.Sprintf("writes-%d", w))
 	}
 	for _, name := range names {
 		l := &locksv1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 			Spec: locksv1alpha1.DistributedLockSpec{LeaseDurationSeconds: opts.LeaseDurationSeconds}}
 		if err := env.Client.Create(ctx, l); err != nil {
-			return nil, fmt.Errorf("creating lock %s: %w", name, err)
+			return nil, nil, fmt.Errorf("creating lock %s: %w", name, err)
 		}
 	}
 	if err := env.WaitReady(ctx, namespace, names); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	raw, err := measureRawCAS(ctx, cs, "raw", opts.Iterations)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rows := []Row{raw}
 	lib, err := measureUncontended(ctx, cs, env, "library", opts.Iterations)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rows = append(rows, lib...)
 	for _, w := range opts.Waiters {
 		handoff, err := measureHandoff(ctx, cs, env, fmt.Sprintf("handoff-%d", w), w, opts.Handoffs)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rows = append(rows, handoff...)
 	}
 	printTable(out, rows, opts)
+
+	writes, err := measureWrites(ctx, cs, env, opts)
+	if err != nil {
+		return rows, nil, err
+	}
+	printWrites(out, writes)
+	return rows, writes, nil
+}
+
+// measureWrites counts what a renewal and a grant among each number of
+// waiters cost the apiserver.
+func measureWrites(ctx context.Context, cs kubernetes.Interface, env *localrun.Environment, opts Options) ([]WritesRow, error) {
+	dyn, err := dynamicFor(env)
+	if err != nil {
+		return nil, err
+	}
+	renewal, err := measureRenewalWrites(ctx, cs, func(cfg lock.Config) (*lock.Client, error) { return lock.NewForClients(cs, dyn, cfg) },
+		"writes-renew", 5*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("counting renewal writes: %w", err)
+	}
+	rows := []WritesRow{renewal}
+	for _, w := range opts.Waiters {
+		name := fmt.Sprintf("writes-%d", w)
+		row, err := measureGrantWrites(ctx, cs, func(id string) (*lock.Client, error) { return newClient(cs, env, name, id) }, name, w, min(opts.Handoffs, 100))
+		if err != nil {
+			return rows, fmt.Errorf("counting grant writes with %d waiters: %w", w, err)
+		}
+		rows = append(rows, row)
+	}
 	return rows, nil
 }
 

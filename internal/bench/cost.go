@@ -39,9 +39,20 @@ type CostOptions struct {
 	RenewalsPerSecond int
 	// Duration of the renewal phase.
 	Duration time.Duration
-	// Pods is how many unrelated pods (no lock names them) to create before
-	// measuring: the controller watches every pod in the cluster.
+	// Pods is how many unrelated pods (no lock names them, not labelled as
+	// participants) to create before measuring.
 	Pods int
+	// ForeignLeases is how many Leases that back no lock (as node
+	// heartbeats and other components' leader elections do) to create
+	// before measuring.
+	ForeignLeases int
+	// ForeignChurn: while measuring, every foreign Lease is renewed every
+	// 10 s, as a node's heartbeat is, and one unrelated pod in 60 changes
+	// each second (a status or label change).
+	ForeignChurn bool
+	// ManagerBinary, when set, is the manager to measure instead of one
+	// built from this checkout (to compare with an older version).
+	ManagerBinary string
 }
 
 // CostRow is the controller's cost with one number of locks.
@@ -51,13 +62,27 @@ type CostRow struct {
 	CatchUp      time.Duration // after setup, until status showed every grant
 	RSSBytes     int64
 	PeakRSSBytes int64
-	Lag          Row
+	// Lag is, for each takeover grant, from the Lease Update's answer to
+	// the status event that shows its token.
+	Lag Row
+	// Renewals and Grants are the Lease writes made while measuring;
+	// StatusWrites the lock status changes seen meanwhile.
+	Renewals, Grants, StatusWrites int
+	// LeaseEvents and PodEvents are the watch events the apiserver sent for
+	// Leases and pods while measuring (apiserver_watch_events_total): the
+	// manager is the only client watching them, but kube-apiserver itself
+	// watches every pod (to check bound service-account tokens), so each
+	// pod change is one event to begin with.
+	LeaseEvents, PodEvents float64
+	// ForeignLeaseWrites and PodWrites are the foreign Lease and unrelated
+	// pod changes made while measuring.
+	ForeignLeaseWrites, PodWrites int
 }
 
 // RunCost starts a control plane and the manager binary as a process of
 // its own (so its memory is its own), creates and grants locks, renews them
-// at a steady rate, and measures the manager's RSS and how long status takes
-// to show each renewal.
+// and takes them over at a steady rate, and measures the manager's RSS and
+// how long status takes to show each grant.
 func RunCost(ctx context.Context, opts CostOptions, out io.Writer) ([]CostRow, error) {
 	dir, err := os.MkdirTemp("", "frontdesk-cost-")
 	if err != nil {
@@ -74,9 +99,12 @@ func RunCost(ctx context.Context, opts CostOptions, out io.Writer) ([]CostRow, e
 	if err != nil {
 		return nil, err
 	}
-	bin := filepath.Join(dir, "manager")
-	if b, err := exec.Command("go", "build", "-o", bin, root).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building the manager: %w: %s", err, b)
+	bin := opts.ManagerBinary
+	if bin == "" {
+		bin = filepath.Join(dir, "manager")
+		if b, err := exec.Command("go", "build", "-o", bin, root).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("building the manager: %w: %s", err, b)
+		}
 	}
 	mgr := exec.Command(bin, "--kubeconfig", kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 		"--max-concurrent-reconciles", "8", "--zap-log-level", "error")
@@ -94,6 +122,9 @@ func RunCost(ctx context.Context, opts CostOptions, out io.Writer) ([]CostRow, e
 		return nil, err
 	}
 	if err := createPods(ctx, c, opts.Pods); err != nil {
+		return nil, err
+	}
+	if err := createForeignLeases(ctx, cs, opts.ForeignLeases); err != nil {
 		return nil, err
 	}
 	var rows []CostRow
@@ -137,7 +168,20 @@ func measureCost(ctx context.Context, c client.WithWatch, cs kubernetes.Interfac
 	}
 	drained := time.Since(catchUp)
 
+	eventsBefore, err := readWatchEvents(ctx, cs)
+	if err != nil {
+		return CostRow{}, err
+	}
+	churnCtx, stopChurn := context.WithCancel(ctx)
+	churned := make(chan foreignWrites, 1)
+	go func() { churned <- churnForeign(churnCtx, cs, opts) }()
 	lag, err := renewAndMeasureLag(ctx, c, cs, ns, names, opts)
+	stopChurn()
+	foreign := <-churned
+	if err != nil {
+		return CostRow{}, err
+	}
+	eventsAfter, err := readWatchEvents(ctx, cs)
 	if err != nil {
 		return CostRow{}, err
 	}
@@ -145,7 +189,10 @@ func measureCost(ctx context.Context, c client.WithWatch, cs kubernetes.Interfac
 	if err != nil {
 		return CostRow{}, err
 	}
-	return CostRow{Locks: n, Setup: setup, CatchUp: drained, RSSBytes: rss, PeakRSSBytes: peak, Lag: lag}, nil
+	return CostRow{Locks: n, Setup: setup, CatchUp: drained, RSSBytes: rss, PeakRSSBytes: peak, Lag: lag.row,
+		Renewals: lag.renewals, Grants: lag.grants, StatusWrites: lag.statusWrites,
+		LeaseEvents: eventsAfter["leases"] - eventsBefore["leases"], PodEvents: eventsAfter["pods"] - eventsBefore["pods"],
+		ForeignLeaseWrites: foreign.leases, PodWrites: foreign.pods}, nil
 }
 
 // createPods creates n pods like a typical workload's (two containers with
@@ -155,19 +202,24 @@ func createPods(ctx context.Context, c client.Client, n int) error {
 	if n <= 0 {
 		return nil
 	}
-	const ns = "cost-pods"
+	const ns = podsNamespace
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return fmt.Errorf("creating namespace %s: %w", ns, err)
 	}
 	names := make([]string, n)
 	for i := range names {
-		names[i] = fmt.Sprintf("web-%05d", i)
+		names[i] = workloadPodName(i)
 	}
 	if err := parallel(32, names, func(name string) error { return c.Create(ctx, workloadPod(ns, name)) }); err != nil {
 		return fmt.Errorf("creating pods: %w", err)
 	}
 	return nil
 }
+
+// podsNamespace holds the unrelated pods of the cost measurement.
+const podsNamespace = "cost-pods"
+
+func workloadPodName(i int) string { return fmt.Sprintf("web-%05d", i) }
 
 // workloadPod is a pod of about 3 KiB, as a Deployment's often are.
 func workloadPod(ns, name string) *corev1.Pod {
@@ -242,33 +294,44 @@ func grantWhenReady(ctx context.Context, cs kubernetes.Interface, ns, name strin
 	}
 }
 
-// renewAndMeasureLag renews random locks at the configured rate and times,
-// for each renewal, from the Update's response to the watch event of the
-// lock whose status shows that renewTime.
-func renewAndMeasureLag(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, ns string, names []string, opts CostOptions) (Row, error) {
+// renewAndMeasureLag renews random locks at the configured rate and, ten
+// times less often, grants a random lock to a new holder (a takeover: the
+// next token), and times, for each grant, from the Update's response to the
+// watch event of the lock whose status shows that token. Renewals change
+// nothing in status (they are written to the Lease only), so they show as
+// load, not as status writes: every status change seen is counted against
+// the renewals and grants sent.
+func renewAndMeasureLag(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, ns string, names []string, opts CostOptions) (lagResult, error) {
 	var list locksv1alpha1.DistributedLockList
 	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		return Row{}, err
+		return lagResult{}, err
 	}
 	w, err := c.Watch(ctx, &locksv1alpha1.DistributedLockList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
 	if err != nil {
-		return Row{}, err
+		return lagResult{}, err
 	}
 	defer w.Stop()
 	var mu sync.Mutex
-	sent := map[string]time.Time{} // "name/renewTime" -> when the renewal returned
+	sent := map[string]time.Time{} // "name/token" -> when the grant returned
+	seen := map[string]time.Time{} // "name/token" -> status showed it before the grant returned
 	var lags []time.Duration
+	statusWrites, renewals, grants := 0, 0, 0
 	go func() {
 		for ev := range w.ResultChan() {
 			lk, ok := ev.Object.(*locksv1alpha1.DistributedLock)
-			if !ok || ev.Type != watch.Modified || lk.Status.RenewTime == nil {
+			if !ok || ev.Type != watch.Modified {
 				continue
 			}
-			key := lk.Name + "/" + lk.Status.RenewTime.UTC().Format(time.RFC3339Nano)
+			key := lk.Name + "/" + strconv.FormatInt(lk.Status.FencingToken, 10)
 			mu.Lock()
-			if at, ok := sent[key]; ok {
-				lags = append(lags, time.Since(at))
-				delete(sent, key)
+			statusWrites++
+			if lk.Status.Holder != "" {
+				if at, ok := sent[key]; ok {
+					lags = append(lags, time.Since(at))
+					delete(sent, key)
+				} else {
+					seen[key] = time.Now() // before the grant's answer reached the bench
+				}
 			}
 			mu.Unlock()
 		}
@@ -277,9 +340,9 @@ func renewAndMeasureLag(ctx context.Context, c client.WithWatch, cs kubernetes.I
 	defer tick.Stop()
 	end := time.Now().Add(opts.Duration)
 	var wg sync.WaitGroup
-	for time.Now().Before(end) {
+	for i := 0; time.Now().Before(end); i++ {
 		<-tick.C
-		name := names[rand.IntN(len(names))]
+		name, grant := names[rand.IntN(len(names))], i%10 == 9
 		wg.Go(func() {
 			l, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
@@ -287,17 +350,35 @@ func renewAndMeasureLag(ctx context.Context, c client.WithWatch, cs kubernetes.I
 			}
 			now := metav1.NewMicroTime(time.Now())
 			l.Spec.RenewTime = &now
+			if grant {
+				l.Spec.HolderIdentity = ptr.To(fmt.Sprintf("cost-holder-%d", i))
+				l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+				l.Spec.AcquireTime = &now
+			}
 			updated, err := cs.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
 			if err != nil {
 				return
 			}
 			mu.Lock()
-			sent[name+"/"+updated.Spec.RenewTime.UTC().Format(time.RFC3339Nano)] = time.Now()
-			mu.Unlock()
+			defer mu.Unlock()
+			if !grant {
+				renewals++
+				return
+			}
+			grants++
+			key := name + "/" + strconv.Itoa(int(ptr.Deref(updated.Spec.LeaseTransitions, 0)))
+			answered := time.Now()
+			if at, ok := seen[key]; ok {
+				// Status showed the grant before its answer came back: no lag.
+				lags = append(lags, max(at.Sub(answered), 0))
+				delete(seen, key)
+				return
+			}
+			sent[key] = answered
 		})
 	}
 	wg.Wait()
-	// Let the backlog drain: wait until every renewal showed, or 60 s.
+	// Let the backlog drain: wait until every grant showed, or 60 s.
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		mu.Lock()
 		pending := len(sent)
@@ -309,11 +390,29 @@ func renewAndMeasureLag(ctx context.Context, c client.WithWatch, cs kubernetes.I
 	mu.Lock()
 	defer mu.Unlock()
 	if len(lags) == 0 {
-		return Row{}, fmt.Errorf("none of %d renewals showed in status", len(sent))
+		return lagResult{}, fmt.Errorf("none of %d grants showed in status", len(sent))
 	}
-	// Renewals that never showed (coalesced into a later one of the same
-	// lock, or still queued after a minute) are reported, not hidden.
-	return sorted(Row{Name: fmt.Sprintf("status lag (%d renewals never showed)", len(sent)), Samples: append([]time.Duration(nil), lags...)}), nil
+	// Grants that never showed are reported, not hidden: overtaken by a
+	// later grant of the same lock before the controller got to them (the
+	// status went straight to the later token), or not in status at all.
+	overtaken := 0
+	for key := range sent {
+		name, token, _ := strings.Cut(key, "/")
+		var lk locksv1alpha1.DistributedLock
+		want, _ := strconv.ParseInt(token, 10, 64)
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &lk); err == nil && lk.Status.FencingToken > want {
+			overtaken++
+		}
+	}
+	row := sorted(Row{Name: fmt.Sprintf("%d renewals, %d grants: %d status writes; %d grants not shown: %d overtaken by a later grant, %d missing",
+		renewals, grants, statusWrites, len(sent), overtaken, len(sent)-overtaken), Samples: append([]time.Duration(nil), lags...)})
+	return lagResult{row: row, renewals: renewals, grants: grants, statusWrites: statusWrites}, nil
+}
+
+// lagResult is what renewAndMeasureLag measured.
+type lagResult struct {
+	row                            Row
+	renewals, grants, statusWrites int
 }
 
 // processRSS reads VmRSS and VmHWM (peak) of a process, in bytes.
@@ -374,13 +473,18 @@ func parallel(n int, items []string, fn func(string) error) error {
 }
 
 func printCost(out io.Writer, rows []CostRow, opts CostOptions) {
-	fmt.Fprintf(out, "\ncontroller cost: manager binary as its own process, every lock held, %d renewals/s across them for %s, %d unrelated pods\n\n",
-		opts.RenewalsPerSecond, opts.Duration, opts.Pods)
+	churn := "no churn"
+	if opts.ForeignChurn {
+		churn = "foreign Leases renewed every 10 s, 1 pod in 60 changed per second"
+	}
+	fmt.Fprintf(out, "\ncontroller cost: manager binary as its own process, every lock held, %d renewals/s (one in ten a takeover grant) across them for %s, %d unrelated pods, %d foreign Leases (%s)\n\n",
+		opts.RenewalsPerSecond, opts.Duration, opts.Pods, opts.ForeignLeases, churn)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(w, "locks\tsetup (create+grant)\tstatus caught up after\tmanager RSS\tpeak RSS\tstatus lag p50\tp99\tn\tnote\t")
+	fmt.Fprintln(w, "locks\tsetup (create+grant)\tstatus caught up after\tmanager RSS\tpeak RSS\tgrant status lag p50\tp99\tn\tLease watch events\tforeign Lease writes\tpod watch events\tpod writes\tnote\t")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%.0f MiB\t%.0f MiB\t%s\t%s\t%d\t%s\t\n", r.Locks, r.Setup.Round(time.Second), r.CatchUp.Round(time.Second),
-			float64(r.RSSBytes)/(1<<20), float64(r.PeakRSSBytes)/(1<<20), ms(r.Lag.Percentile(50)), ms(r.Lag.Percentile(99)), len(r.Lag.Samples), r.Lag.Name)
+		fmt.Fprintf(w, "%d\t%s\t%s\t%.0f MiB\t%.0f MiB\t%s\t%s\t%d\t%.0f\t%d\t%.0f\t%d\t%s\t\n", r.Locks, r.Setup.Round(time.Second), r.CatchUp.Round(time.Second),
+			float64(r.RSSBytes)/(1<<20), float64(r.PeakRSSBytes)/(1<<20), ms(r.Lag.Percentile(50)), ms(r.Lag.Percentile(99)), len(r.Lag.Samples),
+			r.LeaseEvents, r.ForeignLeaseWrites, r.PodEvents, r.PodWrites, r.Lag.Name)
 	}
 	_ = w.Flush()
 }

@@ -26,6 +26,7 @@ import (
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/internal/localrun"
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
+	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 )
 
 // PeersOptions size the side-by-side run.
@@ -75,7 +76,7 @@ func RunPeers(ctx context.Context, opts PeersOptions, out io.Writer) ([]PeerRow,
 		return nil, err
 	}
 	defer env.Stop()
-	cs, err := kubernetes.NewForConfig(env.ControlPlane.Config)
+	cs, err := kubernetes.NewForConfig(lock.ProtobufConfig(env.ControlPlane.Config))
 	if err != nil {
 		return nil, err
 	}
@@ -226,9 +227,13 @@ type handoffRows struct {
 	fromDone, fromStart Row
 }
 
-// handoff: waiters+1 clients on lock key; each holder releases at once and
-// waits for the next grant before queueing again, so every handoff goes to
-// a waiter.
+// handoffHold is how long each holder keeps the lock in the handoff
+// measurement before releasing it (not part of the latency measured).
+const handoffHold = 100 * time.Millisecond
+
+// handoff: waiters+1 clients on lock key; each holder holds a moment
+// (handoffHold), releases, and waits for the next grant before queueing
+// again, so every handoff goes to a waiter already queued.
 func handoff(ctx context.Context, sys lockSystem, key string, waiters, handoffs int) (handoffRows, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -257,14 +262,25 @@ func handoff(ctx context.Context, sys lockSystem, key string, waiters, handoffs 
 				now := time.Since(base)
 				got := grants.Add(1)
 				if started := releaseStarted.Load(); started != 0 {
+					// A release that hands the lock on in its own write can
+					// have the next holder hold before it returns: 0.
+					sinceDone := time.Duration(0)
+					if done := releaseDone.Load(); done >= started {
+						sinceDone = max(now-time.Duration(done), 0)
+					}
 					mu.Lock()
 					fromStart = append(fromStart, now-time.Duration(started))
-					fromDone = append(fromDone, now-time.Duration(releaseDone.Load()))
+					fromDone = append(fromDone, sinceDone)
 					if len(fromStart) >= handoffs {
 						cancel()
 					}
 					mu.Unlock()
 				}
+				// Hold a moment, as holders do, so that the waiters (the
+				// previous holder included) are queued before the release:
+				// a hand-off to a waiter, in every system measured.
+				time.Sleep(handoffHold)
+				releaseDone.Store(0)
 				releaseStarted.Store(int64(time.Since(base)))
 				if err := release(context.Background()); err != nil {
 					errs <- err
@@ -383,7 +399,7 @@ func HolderMain(args []string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		sys = frontdeskSystem{cs: kubernetes.NewForConfigOrDie(cfg), dyn: dynamic.NewForConfigOrDie(cfg)}
+		sys = frontdeskSystem{cs: kubernetes.NewForConfigOrDie(lock.ProtobufConfig(cfg)), dyn: dynamic.NewForConfigOrDie(cfg)}
 	case "etcd Mutex":
 		sys = etcdSystem{endpoint: *etcd, ttl: int(*ttl / time.Second)}
 	case "Redis SET NX PX":

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/client-go/dynamic"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
@@ -25,34 +28,79 @@ func newGetCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get [NAME]",
 		Short: "List locks, or show one, with holder, fencing token and expiry",
-		Args:  cobra.MaximumNArgs(1),
+		Long: `List locks, or show one.
+
+HOLDER and TOKEN come from the lock's Lease, the source of truth (acquire,
+renew and release are compare-and-swap writes on it). HELD is the
+controller's view from the lock's status: whether it sees the grant live,
+judged on its own clock (Expired once it has seen no renewal for the lease
+duration). DURATION is the lease duration: a holder that stops renewing
+lapses that long after its last renewal, as timed by whoever watches the
+Lease (renewals are not written to status, so no exact expiry is). STATUS is InSync
+when the Lease and the status agree; otherwise it names what is wrong (Stale:
+the controller has not recorded the Lease's latest grant or release, which
+happens when the frontdesk manager is not running; LeaseMissing,
+LeaseNotOwned, LeaseDeleting, LeaseUnreadable, LeaseMalformed), and a warning
+on stderr says what to do. While the status is stale, HELD is Unknown:
+nobody here has timed the holder's renewals. -o wide adds the Lease, the
+Ready condition and the Lease's renewTime as written by the holder, on its
+own clock.
+
+-o json|yaml print the DistributedLock objects as stored; warnings still go
+to stderr.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			obj, err := o.fetch(cmd.Context(), args)
+			if err := checkOutput(output, "json", "yaml", "wide"); err != nil {
+				return err
+			}
+			ns, err := o.namespace()
 			if err != nil {
 				return err
 			}
-			return printObject(o.streams.Out, obj, output)
+			obj, views, err := o.readViewsSettled(cmd.Context(), ns, args)
+			if err != nil {
+				return err
+			}
+			if len(views) == 0 && (output == "" || output == "wide") {
+				fmt.Fprintf(o.streams.ErrOut, "No locks found in namespace %s.\n", ns)
+				return nil
+			}
+			if err := printObject(o.streams.Out, obj, views, output); err != nil {
+				return err
+			}
+			printWarnings(o.streams.ErrOut, views)
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: json, yaml or wide (default: a table).")
 	return cmd
 }
 
-// fetch reads one lock (args[0]) or all locks in the namespace.
-func (o *options) fetch(ctx context.Context, args []string) (runtime.Object, error) {
-	ns, err := o.namespace()
-	if err != nil {
-		return nil, err
+// checkOutput fails on an output format not in allowed ("" is the default
+// and always allowed). Commands call it before anything else, above all
+// before any write.
+func checkOutput(output string, allowed ...string) error {
+	if output == "" || slices.Contains(allowed, output) {
+		return nil
 	}
-	_, dyn, err := o.clients()
-	if err != nil {
-		return nil, err
+	return fmt.Errorf("unknown output format %q: use %s", output, orList(allowed))
+}
+
+// orList renders ["a","b","c"] as "a, b or c".
+func orList(items []string) string {
+	if len(items) == 1 {
+		return items[0]
 	}
+	return strings.Join(items[:len(items)-1], ", ") + " or " + items[len(items)-1]
+}
+
+// fetchLocks reads one lock (names[0]) or all locks in the namespace.
+func fetchLocks(ctx context.Context, dyn dynamic.Interface, ns string, names []string) (runtime.Object, error) {
 	res := dyn.Resource(distributedLocks).Namespace(ns)
-	if len(args) == 1 {
-		obj, err := res.Get(ctx, args[0], metav1.GetOptions{})
+	if len(names) == 1 {
+		obj, err := res.Get(ctx, names[0], metav1.GetOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("getting distributedlock %s/%s: %w", ns, args[0], err)
+			return nil, fmt.Errorf("getting distributedlock %s/%s: %w", ns, names[0], err)
 		}
 		return obj, nil
 	}
@@ -64,20 +112,26 @@ func (o *options) fetch(ctx context.Context, args []string) (runtime.Object, err
 }
 
 // printObject prints a lock or list as JSON, YAML or a table.
-func printObject(out io.Writer, obj runtime.Object, output string) error {
+func printObject(out io.Writer, obj runtime.Object, views []lockView, output string) error {
 	switch output {
 	case "json":
 		return (&printers.JSONPrinter{}).PrintObj(obj, out)
 	case "yaml":
 		return (&printers.YAMLPrinter{}).PrintObj(obj, out)
 	case "", "wide":
-		locks, err := toLocks(obj)
-		if err != nil {
-			return err
-		}
-		return printTable(out, locks, output == "wide")
+		return printTable(out, views, output == "wide")
 	default:
 		return fmt.Errorf("unknown output format %q: use json, yaml or wide", output)
+	}
+}
+
+// printWarnings says, one line per lock, what is wrong with its Lease or
+// status.
+func printWarnings(out io.Writer, views []lockView) {
+	for i := range views {
+		if p := views[i].problem(); p != "" {
+			fmt.Fprintf(out, "warning: lock %s: %s\n", views[i].lock.Name, p)
+		}
 	}
 }
 
@@ -100,20 +154,22 @@ func toLocks(obj runtime.Object) ([]locksv1alpha1.DistributedLock, error) {
 	return locks, nil
 }
 
-func printTable(out io.Writer, locks []locksv1alpha1.DistributedLock, wide bool) error {
+func printTable(out io.Writer, views []lockView, wide bool) error {
 	w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
-	header := "NAME\tHOLDER\tTOKEN\tHELD\tEXPIRES\tAGE"
+	header := "NAME\tHOLDER\tTOKEN\tHELD\tDURATION\tSTATUS\tAGE"
 	if wide {
-		header += "\tLEASE\tDURATION\tREADY"
+		header += "\tLEASE\tREADY\tRENEWED"
 	}
 	fmt.Fprintln(w, header)
 	now := time.Now()
-	for i := range locks {
-		l := &locks[i]
-		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", l.Name, orNone(l.Status.Holder), l.Status.FencingToken,
-			conditionStatus(l, locksv1alpha1.ConditionHeld), relative(l.Status.ExpireTime, now), age(l.CreationTimestamp, now))
+	for i := range views {
+		v := &views[i]
+		l := v.lock
+		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%ds\t%s\t%s", l.Name, orNone(v.holder()), v.token(),
+			v.held(), v.duration(), v.state(), age(l.CreationTimestamp, now))
 		if wide {
-			row += fmt.Sprintf("\t%s\t%ds\t%s", l.Status.LeaseName, l.EffectiveLeaseDurationSeconds(), conditionStatus(l, locksv1alpha1.ConditionReady))
+			row += fmt.Sprintf("\t%s\t%s\t%s", v.leaseName,
+				conditionStatus(l, locksv1alpha1.ConditionReady), v.renewed())
 		}
 		fmt.Fprintln(w, row)
 	}

@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,41 +33,71 @@ func newAcquireCommand(o *options) *cobra.Command {
 
 The grant is not renewed after this command exits: it lapses after the lock's
 lease duration unless released first with 'kubectl lock release NAME --identity ID'.
-To hold a lock while a command runs, use 'kubectl lock run'.`,
+To hold a lock while a command runs, use 'kubectl lock run'.
+
+Every flag is checked before the lock is taken. If the grant cannot be
+printed (stdout closed), it is released again: nobody is left holding a lock
+under an identity nobody saw.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "json", "yaml"); err != nil {
+				return err
+			}
+			if wait < 0 {
+				return fmt.Errorf("--wait %s is negative: give how long to wait for a held lock (0: fail at once if held)", wait)
+			}
 			c, err := o.lockClient(args[0], identity)
 			if err != nil {
 				return err
 			}
+			// A closed stdout must fail the write below, not kill the
+			// process between the grant and its release.
+			signal.Ignore(syscall.SIGPIPE)
 			g, err := acquire(cmd.Context(), c, wait)
 			if err != nil {
 				return err
 			}
 			info := grantInfo{Lock: g.Lock(), Holder: g.Holder(), FencingToken: g.Token()}
-			switch output {
-			case "json":
-				return json.NewEncoder(o.streams.Out).Encode(info)
-			case "yaml":
-				b, err := yaml.Marshal(info)
-				if err != nil {
-					return err
+			if err := printGrant(o.streams.Out, info, output, args[0]); err != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if relErr := g.Release(ctx); relErr != nil {
+					return fmt.Errorf("printing the grant of %s failed (%v), and releasing it failed too: %w; it is held by %s with fencing token %d until its lease lapses",
+						info.Lock, err, relErr, info.Holder, info.FencingToken)
 				}
-				_, err = o.streams.Out.Write(b)
-				return err
-			case "":
-				fmt.Fprintf(o.streams.Out, "acquired %s as %s with fencing token %d\n", info.Lock, info.Holder, info.FencingToken)
-				fmt.Fprintf(o.streams.Out, "the grant is not renewed after this command; release it with: kubectl lock release %s --identity %s\n", args[0], info.Holder)
-				return nil
-			default:
-				return fmt.Errorf("unknown output format %q: use json or yaml", output)
+				return fmt.Errorf("printing the grant of %s failed, so it was released again: %w", info.Lock, err)
 			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&identity, "identity", "", "Identity to hold the lock as (default: $LOCK_IDENTITY, else pod or host name plus a random suffix).")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "How long to wait for a held lock (0: fail at once if held).")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: json or yaml.")
 	return cmd
+}
+
+// printGrant prints what acquire got, in the output format.
+func printGrant(out io.Writer, info grantInfo, output, name string) error {
+	var b []byte
+	switch output {
+	case "json":
+		var err error
+		if b, err = json.Marshal(info); err != nil {
+			return err
+		}
+		b = append(b, '\n')
+	case "yaml":
+		var err error
+		if b, err = yaml.Marshal(info); err != nil {
+			return err
+		}
+	default:
+		b = fmt.Appendf(nil, "acquired %s as %s with fencing token %d\n"+
+			"the grant is not renewed after this command; release it with: kubectl lock release %s --identity %s\n",
+			info.Lock, info.Holder, info.FencingToken, name, info.Holder)
+	}
+	_, err := out.Write(b)
+	return err
 }
 
 // acquire tries once (wait 0) or waits up to wait for the lock.
@@ -82,11 +116,15 @@ func newReleaseCommand(o *options) *cobra.Command {
 		Use:   "release NAME --identity ID",
 		Short: "Release a lock if ID still holds it",
 		Long: `Release a lock, only if the given identity still holds it (a compare-and-swap on
-the Lease). Releasing a lock that someone else holds changes nothing and fails.`,
+the Lease). Releasing a lock that someone else holds changes nothing and fails.
+The identity is --identity, else $LOCK_IDENTITY (as for acquire and run).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if identity == "" {
-				return fmt.Errorf("--identity is required: give the identity the lock was acquired as")
+				identity = os.Getenv("LOCK_IDENTITY")
+			}
+			if identity == "" {
+				return fmt.Errorf("--identity is required (or set $LOCK_IDENTITY): give the identity the lock was acquired as; 'kubectl lock get %s' shows its holder", args[0])
 			}
 			c, err := o.lockClient(args[0], identity)
 			if err != nil {
@@ -99,7 +137,7 @@ the Lease). Releasing a lock that someone else holds changes nothing and fails.`
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&identity, "identity", "", "Identity the lock was acquired as (required).")
+	cmd.Flags().StringVar(&identity, "identity", "", "Identity the lock was acquired as (default: $LOCK_IDENTITY; one of them is required).")
 	return cmd
 }
 

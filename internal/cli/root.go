@@ -50,14 +50,20 @@ type options struct {
 func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &options{config: genericclioptions.NewConfigFlags(true), streams: streams}
 	root := &cobra.Command{
-		Use:   "kubectl-lock",
-		Short: "Inspect and use frontdesk DistributedLocks",
+		// The binary is kubectl-lock; users type "kubectl lock", and that is
+		// what usage lines and help show.
+		Use:         "kubectl-lock",
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl lock"},
+		Short:       "Inspect and use frontdesk DistributedLocks",
 		Long: `kubectl lock works with frontdesk DistributedLocks: leases with fencing tokens.
 
 Every grant of a lock carries a fencing token that only goes up. Pass it to the
 resources you write, so they can reject a holder that paused past its lease.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Its help would name the binary; kubectl completes plugins through
+		// a kubectl_complete-lock script that calls __complete, which stays.
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
 	}
 	o.config.AddFlags(root.PersistentFlags())
 	root.AddCommand(

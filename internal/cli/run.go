@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -15,32 +16,79 @@ import (
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 )
 
+const (
+	// ExitCommandNotExecutable is the exit status of `kubectl lock run`
+	// when the command exists but cannot be executed, as in a shell.
+	ExitCommandNotExecutable = 126
+	// ExitCommandNotFound is the exit status of `kubectl lock run` when the
+	// command does not exist, as in a shell.
+	ExitCommandNotFound = 127
+)
+
 // forwardedSignals reach the command as they reach kubectl lock run.
 var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// signalNames names the forwarded signals in messages.
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP",
+	syscall.SIGQUIT: "SIGQUIT", syscall.SIGUSR1: "SIGUSR1", syscall.SIGUSR2: "SIGUSR2",
+}
+
+// reapTimeout bounds the wait for the command's process group to be gone
+// after SIGKILL; a process that outlives it is stuck in the kernel.
+const reapTimeout = 10 * time.Second
 
 type runOptions struct {
 	identity string
 	wait     time.Duration
-	grace    time.Duration
+	grace    graceValue
 }
 
 func newRunCommand(o *options) *cobra.Command {
-	ro := runOptions{}
+	ro := runOptions{grace: graceValue{auto: true}}
 	cmd := &cobra.Command{
-		Use:   "run NAME [--wait D] -- COMMAND [ARGS...]",
+		Use:   "run NAME [--wait D] [--grace D|auto] -- COMMAND [ARGS...]",
 		Short: "Run a command while holding a lock",
 		Long: `Acquire the lock, run COMMAND with FENCING_TOKEN, LOCK_NAME, LOCK_NAMESPACE
 and LOCK_HOLDER in its environment, renew the lease while it runs, forward
-signals to it, release the lock when it exits, and exit with its status.
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to it, release the lock
+when it exits, and exit with its status (128+N if signal N killed it).
 
-If the lease is lost while the command runs (taken over, broken, or not renewed
-in time), the command's process group gets SIGTERM, then SIGKILL after --grace,
-and kubectl lock run exits with status 75 saying so. During that grace the
-command no longer holds the lock: its writes carry a stale FENCING_TOKEN, which
-is what the protected resource must reject.
+COMMAND runs in a process group of its own, and every process in that group is
+dead before the lease can lapse for anyone else:
 
-The command runs in its own process group, so that signals and termination
-reach every process it starts; it cannot read from an interactive terminal.`,
+  The grant is safe until the start of its last successful renewal plus the
+  lease duration, less a safety margin (2% of the lease + 100ms); renewals
+  run every third of the lease. If renewals stop getting through, the group
+  gets SIGKILL half that margin before the safe window ends, so that it is
+  dead and reaped when the grant ends, and SIGTERM --grace before that
+  SIGKILL. Each renewal that gets through moves both later. If the lock is
+  taken over or broken, the group gets SIGKILL at once. Either way kubectl
+  lock run exits 75 (also when the command exits after that SIGTERM).
+
+  --grace must fit in the lease, so that SIGTERM never comes while renewals
+  are healthy: at most the safe window, less half the safety margin, less one
+  and a half renew intervals (leaseDurationSeconds 15: 6.9s; 6: 2.67s;
+  3: 1.26s). --grace auto, the default, is 10s or that maximum, whichever is
+  shorter. A longer --grace is refused before anything is acquired. During
+  the grace the command still holds the lock, but renewals are failing:
+  write with FENCING_TOKEN, so that the protected resource can reject a
+  holder that paused.
+
+  When the command exits (by itself, or on a signal forwarded to it), what is
+  left of its process group is SIGKILLed and reaped before the lock is
+  released. If kubectl lock run itself dies, even by SIGKILL, a watchdog
+  process leading the group SIGKILLs it (on Linux the command also has
+  SIGKILL as its parent-death signal). Processes that leave the group
+  (setsid, setpgid) are out of reach.
+
+The command cannot read from an interactive terminal (its group is not the
+terminal's foreground group).
+
+Exit status: the command's; 75 if the lease was lost or ran out while it ran;
+127 if COMMAND is not found and 126 if it cannot be executed (checked as a
+shell would, before acquiring); 128+N if signal N ended the wait for the lock
+(130 for SIGINT, 143 for SIGTERM); 1 for other errors.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
@@ -55,98 +103,242 @@ reach every process it starts; it cannot read from an interactive terminal.`,
 	}
 	cmd.Flags().StringVar(&ro.identity, "identity", "", "Identity to hold the lock as (default: $LOCK_IDENTITY, else pod or host name plus a random suffix).")
 	cmd.Flags().DurationVar(&ro.wait, "wait", 0, "How long to wait for a held lock (0: fail at once if held).")
-	cmd.Flags().DurationVar(&ro.grace, "grace", 10*time.Second, "How long the command gets after SIGTERM, when the lease is lost, before SIGKILL.")
+	cmd.Flags().Var(&ro.grace, "grace", `Time between SIGTERM and SIGKILL when renewals fail: a duration, or "auto" (10s, or the most that fits the lock's lease if less; see above).`)
 	return cmd
 }
 
-// runHolding acquires, runs argv while holding the grant, and releases.
+// runHolding checks the command and the grace, acquires, runs argv while
+// holding the grant, and releases.
 func runHolding(ctx context.Context, o *options, c *lock.Client, ro runOptions, argv []string) error {
-	// Listen before acquiring: a signal while waiting for the lock ends the
-	// wait instead of killing the plugin mid-grant.
+	// Listen first: a signal before the command starts (while waiting for
+	// the lock above all) ends kubectl lock run with 128+signal instead of
+	// killing it mid-grant. From here on, the forwarded signals never kill
+	// kubectl lock run itself.
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, forwardedSignals...)
 	defer signal.Stop(signals)
-	acquireCtx, cancelAcquire := context.WithCancel(ctx)
-	defer cancelAcquire()
-	go func() {
-		select {
-		case <-signals:
-			cancelAcquire()
-		case <-acquireCtx.Done():
-		}
-	}()
-	g, err := acquire(acquireCtx, c, ro.wait)
-	cancelAcquire()
+
+	path, err := lookCommand(argv[0])
 	if err != nil {
 		return err
 	}
+	lk, err := c.GetLock(ctx)
+	if err != nil {
+		return err
+	}
+	duration := time.Duration(lk.EffectiveLeaseDurationSeconds()) * time.Second
+	if _, err := ro.grace.resolve(c.TimingFor(duration), c.LockName()); err != nil {
+		return err
+	}
+	g, err := acquireForRun(ctx, o, c, ro.wait, signals)
+	if err != nil {
+		return err
+	}
+	// The lock's lease duration may have changed since it was read.
+	t := g.Timing()
+	grace, err := ro.grace.resolve(t, c.LockName())
+	if err != nil {
+		grace = maxGrace(t)
+		fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: the lease of %s changed to %s since it was read: --grace clamped to %s\n",
+			c.LockName(), t.LeaseDuration, grace.Truncate(10*time.Millisecond))
+	}
+	return holdWhileRunning(o, c, g, t, grace, path, argv, signals)
+}
 
-	child := exec.Command(argv[0], argv[1:]...)
+// lookCommand resolves name as a shell would (a name without a slash is
+// looked up in $PATH), before anything is acquired: a missing command exits
+// 127, one that cannot be executed 126.
+func lookCommand(name string) (string, error) {
+	path, err := exec.LookPath(name)
+	if err == nil || errors.Is(err, exec.ErrDot) {
+		// ErrDot: found through a relative $PATH entry; a shell runs it.
+		return path, nil
+	}
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return "", &ExitError{Code: ExitCommandNotFound, Err: fmt.Errorf("%s: command not found (nothing acquired)", name)}
+	}
+	cause := err
+	var execErr *exec.Error
+	if errors.As(err, &execErr) {
+		cause = execErr.Err
+	}
+	var pathErr *fs.PathError
+	if errors.As(cause, &pathErr) {
+		cause = pathErr.Err
+	}
+	return "", &ExitError{Code: ExitCommandNotExecutable, Err: fmt.Errorf("%s: cannot execute: %v (nothing acquired)", name, cause)}
+}
+
+// acquireForRun tries once, and waits up to wait (saying so on stderr)
+// while the lock is held. A signal ends the attempt: the exit status is
+// 128+signal, and a grant that came back meanwhile is released.
+func acquireForRun(ctx context.Context, o *options, c *lock.Client, wait time.Duration, signals <-chan os.Signal) (*lock.Grant, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	interrupted := make(chan syscall.Signal, 1)
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case sig := <-signals:
+			interrupted <- sig.(syscall.Signal)
+			cancel()
+		case <-stop:
+		}
+	}()
+	g, err := c.TryAcquire(ctx)
+	if err != nil && wait > 0 && ctx.Err() == nil {
+		if errors.Is(err, lock.ErrHeld) {
+			fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: %v; waiting up to %s\n", err, wait)
+		}
+		waitCtx, cancelWait := context.WithTimeout(ctx, wait)
+		g, err = c.Acquire(waitCtx)
+		cancelWait()
+	}
+	close(stop)
+	<-watched
+	select {
+	case sig := <-interrupted:
+		if g != nil {
+			releaseGrant(o, c, g)
+		}
+		return nil, &ExitError{Code: 128 + int(sig), Err: fmt.Errorf("%s while acquiring %s: nothing run", signalNames[sig], c.LockName())}
+	default:
+	}
+	return g, err
+}
+
+// holdWhileRunning runs the command in a process group of its own while
+// the grant is held, and ends the group as the grant's timing says. On
+// every path the group is SIGKILLed and reaped before the grant is
+// released.
+func holdWhileRunning(o *options, c *lock.Client, g *lock.Grant, t lock.Timing, grace time.Duration,
+	path string, argv []string, signals <-chan os.Signal) error {
+	stderr := o.streams.ErrOut
+	if err := becomeSubreaper(); err != nil {
+		fmt.Fprintf(stderr, "kubectl-lock: %v: processes the command leaves behind go to init; they are still killed\n", err)
+	}
+	grp, err := startProcessGroup(stderr)
+	if err != nil {
+		releaseGrant(o, c, g)
+		return err
+	}
+	// Released only once the group is gone; a failed reap keeps the lock
+	// held until it lapses (kubectl lock run exits, renewals stop).
+	finish := func(result error) error {
+		if err := grp.reap(reapTimeout); err != nil {
+			return fmt.Errorf("%w; %s not released: it lapses after its lease", err, c.LockName())
+		}
+		if g.Err() == nil {
+			releaseGrant(o, c, g)
+		}
+		return result
+	}
+
+	child := exec.Command(path, argv[1:]...)
+	child.Args[0] = argv[0]
 	child.Stdin, child.Stdout, child.Stderr = o.streams.In, o.streams.Out, o.streams.ErrOut
-	// Its own process group, so that signals and, when the lease is lost,
-	// termination reach every process the command started.
-	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	child.Env = append(os.Environ(),
 		fmt.Sprintf("FENCING_TOKEN=%d", g.Token()),
 		"LOCK_NAME="+c.Name(),
 		"LOCK_NAMESPACE="+c.Namespace(),
 		"LOCK_HOLDER="+g.Holder(),
 	)
-	if err := child.Start(); err != nil {
-		_ = g.Release(context.Background())
-		return fmt.Errorf("starting %s: %w", argv[0], err)
+	select {
+	case sig := <-signals:
+		return finish(&ExitError{Code: 128 + int(sig.(syscall.Signal)),
+			Err: fmt.Errorf("%s before %s started; released %s", signalNames[sig.(syscall.Signal)], argv[0], c.LockName())})
+	default:
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- child.Wait() }()
+	exited, err := grp.start(child)
+	if err != nil {
+		return finish(&ExitError{Code: ExitCommandNotExecutable, Err: fmt.Errorf("starting %s: %w", argv[0], err)})
+	}
 
+	var (
+		waitErr error
+		// ranOut is set once the group got SIGTERM or SIGKILL because
+		// renewals were failing.
+		ranOut   bool
+		termSent bool
+	)
+	// One timer, at the next deadline: SIGTERM, then SIGKILL. Renewals
+	// move the deadlines, so it is re-armed from ValidUntil when it fires.
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	arm := func() {
+		term, kill := deadlines(g.ValidUntil(), t, grace)
+		next := kill
+		if !termSent && grace > 0 {
+			next = term
+		}
+		timer.Reset(time.Until(next))
+	}
+	arm()
+	sinceRenewal := func() time.Duration {
+		return time.Since(g.ValidUntil().Add(-t.SafeWindow())).Round(time.Millisecond)
+	}
+wait:
 	for {
 		select {
 		case sig := <-signals:
-			signalGroup(child, sig.(syscall.Signal))
-		case err := <-exited:
-			if g.Err() != nil {
-				// The command ended, but the lease was lost while it ran:
-				// say so rather than report success.
-				return lostError(c, argv, g.Err())
-			}
-			relErr := g.Release(context.Background())
-			if relErr != nil && !errors.Is(relErr, lock.ErrNotHolder) {
-				fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: releasing %s: %v\n", c.LockName(), relErr)
-			}
-			return exitStatus(err)
+			grp.signal(sig.(syscall.Signal))
+		case waitErr = <-exited:
+			break wait
 		case <-g.Lost():
-			fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: lease on %s lost (%v); terminating %s\n", c.LockName(), g.Err(), argv[0])
-			terminate(child, exited, ro.grace)
-			return lostError(c, argv, g.Err())
+			grp.kill()
+			fmt.Fprintf(stderr, "kubectl-lock: lease on %s lost (%v); SIGKILL to %s's process group\n", c.LockName(), g.Err(), argv[0])
+			waitErr = <-exited
+			break wait
+		case <-timer.C:
+			term, kill := deadlines(g.ValidUntil(), t, grace)
+			now := time.Now()
+			switch {
+			case !now.Before(kill):
+				grp.kill()
+				ranOut = true
+				fmt.Fprintf(stderr, "kubectl-lock: no renewal of the lease on %s got through for %s: SIGKILL to %s's process group, before the lease could lapse\n",
+					c.LockName(), sinceRenewal(), argv[0])
+				waitErr = <-exited
+				break wait
+			case !termSent && grace > 0 && !now.Before(term):
+				grp.signal(syscall.SIGTERM)
+				ranOut, termSent = true, true
+				fmt.Fprintf(stderr, "kubectl-lock: no renewal of the lease on %s got through for %s: SIGTERM to %s's process group; SIGKILL in %s (--grace %s) unless one does\n",
+					c.LockName(), sinceRenewal(), argv[0], kill.Sub(now).Round(time.Millisecond), grace.Truncate(time.Millisecond))
+			}
+			arm()
 		}
+	}
+
+	switch {
+	case g.Err() != nil:
+		// Lost while the command ran, even if it ended by itself.
+		return finish(lostError(c, argv, g.Err()))
+	case ranOut:
+		return finish(&ExitError{Code: ExitLeaseLost,
+			Err: fmt.Errorf("lease on %s ran out while %s ran: renewals failed, and it was terminated", c.LockName(), argv[0])})
+	default:
+		return finish(exitStatus(waitErr))
+	}
+}
+
+// releaseGrant releases g, waiting at most until its safe window ends (a
+// second at least): after that the lease lapses anyway.
+func releaseGrant(o *options, c *lock.Client, g *lock.Grant) {
+	deadline := g.ValidUntil()
+	if soon := time.Now().Add(time.Second); deadline.Before(soon) {
+		deadline = soon
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := g.Release(ctx); err != nil && !errors.Is(err, lock.ErrNotHolder) {
+		fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: releasing %s: %v (it lapses after its lease)\n", c.LockName(), err)
 	}
 }
 
 func lostError(c *lock.Client, argv []string, cause error) error {
 	return &ExitError{Code: ExitLeaseLost, Err: fmt.Errorf("lease on %s lost while %s ran: %w", c.LockName(), argv[0], cause)}
-}
-
-// terminate sends SIGTERM to the command's process group, then SIGKILL
-// after grace, and waits for the command to exit; processes it left behind
-// in its group are killed too. The command may run up to grace after the
-// lease is lost: whatever it writes then carries a stale fencing token, for
-// the resource to reject.
-func terminate(child *exec.Cmd, exited <-chan error, grace time.Duration) {
-	signalGroup(child, syscall.SIGTERM)
-	timer := time.NewTimer(grace)
-	defer timer.Stop()
-	select {
-	case <-exited:
-		signalGroup(child, syscall.SIGKILL) // stragglers the command left behind
-	case <-timer.C:
-		signalGroup(child, syscall.SIGKILL)
-		<-exited
-	}
-}
-
-// signalGroup signals every process in the command's process group.
-func signalGroup(child *exec.Cmd, sig syscall.Signal) {
-	_ = syscall.Kill(-child.Process.Pid, sig)
 }
 
 // exitStatus maps the command's end to ours: its exit code, or 128+signal.

@@ -75,12 +75,18 @@ func (e *Environment) Stop() error {
 
 // WaitReady waits until every named lock in namespace reports Ready.
 func (e *Environment) WaitReady(ctx context.Context, namespace string, names []string) error {
+	return waitReady(ctx, e.Client, namespace, names)
+}
+
+// waitReady waits, up to a minute, until every named lock in namespace
+// reports Ready.
+func waitReady(ctx context.Context, c client.Client, namespace string, names []string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for _, name := range names {
 		for {
 			lock := &locksv1alpha1.DistributedLock{}
-			err := e.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, lock)
+			err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, lock)
 			if err == nil && meta.IsStatusConditionTrue(lock.Status.Conditions, locksv1alpha1.ConditionReady) {
 				break
 			}

@@ -1,18 +1,25 @@
 // Package localrun is the quick start: a local control plane with the CRD
-// installed, the frontdesk manager running against it, and sample locks
-// applied, so a user can try frontdesk with nothing but Go installed.
+// installed, the frontdesk manager running against it as a process of its
+// own, and sample locks applied, so a user can try frontdesk with nothing but
+// Go installed.
 package localrun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
+	"github.com/frontdesk-dev/frontdesk/internal/manager"
 	"github.com/frontdesk-dev/frontdesk/internal/manifests"
 )
 
@@ -28,15 +35,27 @@ type Options struct {
 	KubeconfigPath string
 	// MetricsBindAddress serves the manager's metrics (plain HTTP); "0" disables.
 	MetricsBindAddress string
+	// ManagerBinary is the manager executable (`go build -o bin/manager .`).
+	// Empty means bin/manager under the repository root.
+	ManagerBinary string
+	// BuildManager builds ManagerBinary from the repository first.
+	BuildManager bool
+	// ManagerOutput receives the manager's logs (nil: discarded).
+	ManagerOutput io.Writer
 	// ExitWhenReady stops everything once the samples are Ready, after
 	// printing what `kubectl get distributedlocks` shows (used by tests).
 	ExitWhenReady bool
 }
 
-// Run starts the control plane and the manager, applies the samples, waits
-// until they are Ready, prints how to look at them, and then serves until
-// ctx ends (or returns at once with ExitWhenReady).
-func Run(ctx context.Context, opts Options, out io.Writer) error {
+// Run builds the manager (if asked), starts the control plane, runs the
+// manager against it as a child process, applies the samples, waits until
+// they are Ready, prints how to look at them and how to stop and restart the
+// manager by hand, and then serves until ctx ends (or returns at once with
+// ExitWhenReady). The manager may exit, or be killed, and be started again
+// while the control plane keeps running. On every way out of Run (ctx
+// cancelled, an error, a panic) the manager, kube-apiserver and etcd are
+// stopped and their temporary directories removed.
+func Run(ctx context.Context, opts Options, out io.Writer) (err error) {
 	kubeconfig, err := filepath.Abs(opts.KubeconfigPath)
 	if err != nil {
 		return fmt.Errorf("resolving kubeconfig path: %w", err)
@@ -44,40 +63,192 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	if err := os.MkdirAll(filepath.Dir(kubeconfig), 0o755); err != nil {
 		return fmt.Errorf("creating kubeconfig directory: %w", err)
 	}
-	fmt.Fprintln(out, "starting etcd, kube-apiserver and the frontdesk manager ...")
-	env, err := StartEnvironment(ctx, EnvironmentOptions{
-		AssetsDir: opts.AssetsDir, KubeconfigPath: kubeconfig, MetricsBindAddress: opts.MetricsBindAddress})
+	managerBin, err := managerBinary(ctx, opts, out)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		fmt.Fprintln(out, "stopping the manager and the control plane")
-		_ = env.Stop()
-	}()
-	cp := env.ControlPlane
-	fmt.Fprintln(out, "frontdesk manager running")
 
-	names, err := applySamples(ctx, env.Client, opts.SamplePaths, opts.Namespace)
+	fmt.Fprintln(out, "starting etcd and kube-apiserver ...")
+	cp, err := startControlPlane(opts.AssetsDir, kubeconfig)
 	if err != nil {
 		return err
 	}
-	if err := env.WaitReady(ctx, opts.Namespace, names); err != nil {
+	fmt.Fprintf(out, "control plane: etcd data in %s, kube-apiserver certificates in %s\n", cp.etcdDir, cp.apiserverDir)
+	// Should this process be killed outright (SIGKILL), the guard stops the
+	// control plane; the manager ends by its own parent-death signal.
+	stopGuard := startGuard([]string{cp.etcdDir, cp.apiserverDir})
+	var mgr *managerProcess
+	defer func() {
+		defer stopGuard()
+		if mgr != nil {
+			fmt.Fprintf(out, "stopping the frontdesk manager (pid %d)\n", mgr.pid())
+			mgr.stop(10 * time.Second)
+		}
+		fmt.Fprintln(out, "stopping kube-apiserver and etcd")
+		if stopErr := cp.stop(); stopErr != nil {
+			fmt.Fprintf(out, "frontdesk-local: %v\n", stopErr)
+			err = errors.Join(err, stopErr)
+			return
+		}
+		fmt.Fprintf(out, "stopped; removed %s and %s\n", cp.etcdDir, cp.apiserverDir)
+	}()
+
+	argv := managerArgs(managerBin, kubeconfig, opts.MetricsBindAddress)
+	mgr, err = startManager(argv, opts.ManagerOutput)
+	if err != nil {
 		return err
 	}
+	fmt.Fprintf(out, "\nthe frontdesk manager runs as its own process (pid %d); the control plane keeps running without it.\n"+
+		"To stop it, and to start it again by hand:\n\n  kill %d\n  %s\n\n", mgr.pid(), mgr.pid(), shellJoin(argv))
+
+	c, err := client.New(cp.Config, client.Options{Scheme: manager.NewScheme()})
+	if err != nil {
+		return fmt.Errorf("creating a client for the local apiserver: %w", err)
+	}
+	names, err := applySamples(ctx, c, opts.SamplePaths, opts.Namespace)
+	if err != nil {
+		return err
+	}
+	// The samples become Ready only once the manager reconciles them.
+	readyCtx, cancelReady := context.WithCancelCause(ctx)
+	defer cancelReady(nil)
+	go func(m *managerProcess) {
+		select {
+		case <-m.done:
+			cancelReady(fmt.Errorf("the frontdesk manager exited (%s) before the samples were Ready; its log says why", exitOf(m.err)))
+		case <-readyCtx.Done():
+		}
+	}(mgr)
+	if err := waitReady(readyCtx, c, opts.Namespace, names); err != nil {
+		if cause := context.Cause(readyCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
+		return err
+	}
+	cancelReady(nil)
 
 	kubectl := filepath.Join(cp.AssetsDir, "kubectl")
-	getLine := fmt.Sprintf("%s --kubeconfig %s get distributedlocks -n %s", kubectl, cp.KubeconfigPath, opts.Namespace)
-	fmt.Fprintf(out, "\nlocks applied and Ready: %v\nlook at them with:\n\n  %s\n\n", names, getLine)
+	getLine := fmt.Sprintf("%s --kubeconfig %s get distributedlocks -n %s", kubectl, kubeconfig, opts.Namespace)
+	fmt.Fprintf(out, "locks applied and Ready: %v\nlook at them with:\n\n  %s\n\n", names, getLine)
 	if opts.ExitWhenReady {
-		return printKubectl(ctx, out, kubectl, cp.KubeconfigPath, opts.Namespace)
+		return printKubectl(ctx, out, kubectl, kubeconfig, opts.Namespace)
 	}
 	fmt.Fprintln(out, "press Ctrl-C to stop")
 	select {
 	case <-ctx.Done():
-		return nil
-	case err := <-env.ManagerDone():
-		return fmt.Errorf("manager stopped: %w", err)
+	case <-mgr.done:
+		fmt.Fprintf(out, "\nthe frontdesk manager (pid %d) exited: %s\nthe control plane keeps running; start the manager again with:\n\n  %s\n\n"+
+			"(stop a manager you start by hand yourself; Ctrl-C here stops the control plane)\n", mgr.pid(), exitOf(mgr.err), shellJoin(argv))
+		mgr = nil
+		<-ctx.Done()
 	}
+	return nil
+}
+
+// managerBinary returns the manager executable, building it first when asked.
+func managerBinary(ctx context.Context, opts Options, out io.Writer) (string, error) {
+	root, rootErr := controlplane.RepoRoot()
+	bin := opts.ManagerBinary
+	if bin == "" {
+		if rootErr != nil {
+			return "", fmt.Errorf("locating bin/manager: %w", rootErr)
+		}
+		bin = filepath.Join(root, "bin", "manager")
+	}
+	bin, err := filepath.Abs(bin)
+	if err != nil {
+		return "", fmt.Errorf("resolving manager path: %w", err)
+	}
+	if opts.BuildManager {
+		if rootErr != nil {
+			return "", fmt.Errorf("building the manager: %w", rootErr)
+		}
+		fmt.Fprintf(out, "building the manager: go build -o %s .\n", bin)
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+		build.Dir = root
+		if msg, err := build.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("building the manager (go build -o %s . in %s): %w\n%s", bin, root, err, msg)
+		}
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("manager binary: %w (build it with `go build -o %s .`)", err, bin)
+	}
+	return bin, nil
+}
+
+// managerArgs is the command line of the manager against the local
+// control plane: plain-HTTP metrics, no health probes, no leader election.
+func managerArgs(bin, kubeconfig, metricsAddr string) []string {
+	if metricsAddr == "" {
+		metricsAddr = "0"
+	}
+	return []string{bin, "--kubeconfig", kubeconfig, "--metrics-bind-address=" + metricsAddr,
+		"--metrics-secure=false", "--health-probe-bind-address=0", "--leader-elect=false"}
+}
+
+// localControlPlane is a started control plane and where its data lives.
+type localControlPlane struct {
+	*controlplane.ControlPlane
+	env                   *envtest.Environment
+	etcdDir, apiserverDir string
+}
+
+// startControlPlane starts etcd and kube-apiserver; if starting fails
+// halfway, what did start is stopped again.
+func startControlPlane(assets, kubeconfig string) (*localControlPlane, error) {
+	var env *envtest.Environment
+	cp, err := controlplane.Start(controlplane.Options{
+		AssetsDir: assets, KubeconfigPath: kubeconfig,
+		Configure: func(e *envtest.Environment) { env = e },
+	})
+	if err != nil {
+		if env != nil {
+			_ = env.Stop() // etcd may be up although the apiserver or the CRD failed
+		}
+		return nil, err
+	}
+	l := &localControlPlane{ControlPlane: cp, env: env}
+	if cpl := env.ControlPlane; cpl.Etcd != nil && cpl.APIServer != nil {
+		l.etcdDir, l.apiserverDir = cpl.Etcd.DataDir, cpl.APIServer.CertDir
+	}
+	return l, nil
+}
+
+// stop stops kube-apiserver and etcd and makes sure their directories are
+// gone, even when stopping one of them failed.
+func (l *localControlPlane) stop() error {
+	err := l.Stop()
+	for _, dir := range []string{l.etcdDir, l.apiserverDir} {
+		if dir != "" {
+			if rmErr := os.RemoveAll(dir); rmErr != nil {
+				err = errors.Join(err, fmt.Errorf("removing %s: %w", dir, rmErr))
+			}
+		}
+	}
+	return err
+}
+
+// exitOf says how a process ended, from exec.Cmd.Wait's error.
+func exitOf(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+// shellJoin renders argv as a line to paste into a POSIX shell.
+func shellJoin(argv []string) string {
+	quoted := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+		}) < 0 {
+			quoted[i] = a
+			continue
+		}
+		quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(quoted, " ")
 }
 
 // applySamples creates every object in the YAML files and returns the names

@@ -1,20 +1,40 @@
 package manager
 
 import (
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
-// cacheOptions keeps the informer cache to what the controller reads.
-// managedFields are never read: not caching them saves a good part of the
-// memory per lock, Lease and pod. Pods are watched cluster-wide (candidates
-// mode, holder marks), so they are cached slim.
+// cacheOptions keeps the informer cache to what the controller reads, so
+// that the manager does not watch the whole cluster:
+//   - Leases that carry the lock label only (the Leases of locks and their
+//     records), not node heartbeats or other controllers' leader election;
+//     a Lease a lock is about to adopt is read from the apiserver;
+//   - pods labelled locks.frontdesk.dev/participant=true only (candidates and
+//     pods that may be marked as holders), cached slim;
+//   - managedFields of nothing: never read, a good part of each object.
 func cacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject:         map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: slimPod}},
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:           {Label: labels.SelectorFromSet(labels.Set{locksv1alpha1.ParticipantLabel: "true"}), Transform: slimPod},
+			&coordinationv1.Lease{}: {Label: labels.NewSelector().Add(mustRequirement(locksv1alpha1.LockNameLabel, selection.Exists))},
+		},
 	}
+}
+
+func mustRequirement(key string, op selection.Operator, values ...string) labels.Requirement {
+	r, err := labels.NewRequirement(key, op, values)
+	if err != nil {
+		panic(err) // a constant key and operator
+	}
+	return *r
 }
 
 // slimPod is the cache transform for pods: it keeps the metadata (without

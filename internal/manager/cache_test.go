@@ -3,9 +3,11 @@ package manager
 import (
 	"testing"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -48,6 +50,48 @@ func TestSlimPodPassesOtherObjectsThrough(t *testing.T) {
 		}
 		if !apiequality.Semantic.DeepEqual(got, obj) {
 			t.Errorf("slimPod(%T) = %+v, want it unchanged", obj, got)
+		}
+	}
+}
+
+// The manager caches only the Leases of locks and participant pods.
+func TestCacheIsScopedToFrontdeskObjects(t *testing.T) {
+	opts := cacheOptions()
+	for obj, want := range map[string]map[string]bool{
+		"pod": {
+			"locks.frontdesk.dev/participant=true":  true,
+			"locks.frontdesk.dev/participant=false": false,
+			"app=web":                               false,
+		},
+		"lease": {
+			"locks.frontdesk.dev/lock=billing": true,
+			"component=kubelet":                false,
+		},
+	} {
+		var sel labels.Selector
+		for o, by := range opts.ByObject {
+			switch o.(type) {
+			case *corev1.Pod:
+				if obj == "pod" {
+					sel = by.Label
+				}
+			case *coordinationv1.Lease:
+				if obj == "lease" {
+					sel = by.Label
+				}
+			}
+		}
+		if sel == nil {
+			t.Fatalf("no label selector for %s", obj)
+		}
+		for set, match := range want {
+			l, err := labels.ConvertSelectorToLabelsMap(set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sel.Matches(l); got != match {
+				t.Errorf("%s cache selector %q on %s: %v, want %v", obj, sel, set, got, match)
+			}
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 )
@@ -189,4 +190,44 @@ func ExampleSQLGuard() {
 	// Output:
 	// <nil>
 	// stale fencing token 33 for lock "billing": a holder with token 34 has already written
+}
+
+// A panic inside the fenced operation rolls everything back and goes on to
+// the caller: the token is not recorded, a SQL transaction is not leaked
+// (a leaked one holds SQLite's write lock, so the next fenced write fails
+// with "database is locked"), and the operation's writes are undone.
+func TestGuardRollsBackWhenOperationPanics(t *testing.T) {
+	for name, mk := range guards(t) {
+		t.Run(name, func(t *testing.T) {
+			g, inc, read := mk(t)
+			ctx := context.Background()
+			if err := g.Fence(ctx, "l", 2, inc); err != nil {
+				t.Fatal(err)
+			}
+			recovered := func() (v any) {
+				defer func() { v = recover() }()
+				_ = g.Fence(ctx, "l", 9, func(ctx context.Context) error {
+					if err := inc(ctx); err != nil {
+						t.Errorf("write before the panic: %v", err)
+					}
+					panic("boom")
+				})
+				return nil
+			}()
+			if recovered != "boom" {
+				t.Fatalf("recovered %v, want the operation's own panic passed on", recovered)
+			}
+
+			next, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := g.Fence(next, "l", 3, inc); err != nil {
+				t.Fatalf("the next fenced write after a panic: %v; the panicked operation must be rolled back (token 9 not recorded, no transaction left open)", err)
+			}
+			if name == "sqlite" {
+				if got := read(); got != 2 {
+					t.Errorf("counter = %d, want 2: the write made before the panic must be rolled back", got)
+				}
+			}
+		})
+	}
 }

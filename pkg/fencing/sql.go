@@ -63,15 +63,20 @@ func (g *SQLGuard) Fence(ctx context.Context, lock string, token int64, fn func(
 
 // FenceTx runs fn inside one transaction that first raises the lock's
 // recorded token to token, only if token is not lower than it. A stale token
-// rolls back and returns a *StaleTokenError; so does an error from fn (which
-// it returns as is).
-func (g *SQLGuard) FenceTx(ctx context.Context, lock string, token int64, fn func(tx *sql.Tx) error) (err error) {
+// rolls back and returns a *StaleTokenError; an error from fn rolls back and
+// is returned as is; a panic in fn rolls back and then continues (the
+// transaction and its connection are never leaked). Only when fn returns nil
+// is the transaction committed.
+func (g *SQLGuard) FenceTx(ctx context.Context, lock string, token int64, fn func(tx *sql.Tx) error) error {
 	tx, err := g.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("beginning fenced transaction for lock %q: %w", lock, err)
 	}
+	committed := false
 	defer func() {
-		if err != nil {
+		// Runs on every way out, a panic in fn included (the panic goes on
+		// once this returns): whatever did not commit is rolled back.
+		if !committed {
 			_ = tx.Rollback()
 		}
 	}()
@@ -96,6 +101,7 @@ func (g *SQLGuard) FenceTx(ctx context.Context, lock string, token int64, fn fun
 	if err := fn(tx); err != nil {
 		return err
 	}
+	committed = true // Commit ends the transaction whatever it returns
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("committing fenced transaction for lock %q: %w", lock, err)
 	}

@@ -103,6 +103,14 @@ func (o *Observer) Observe(key string, r Record, now time.Time) Observation {
 	return obs
 }
 
+// Last is the last observation recorded for key, if any.
+func (o *Observer) Last(key string) (Observation, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	obs, ok := o.observations[key]
+	return obs, ok
+}
+
 // Forget drops what is known about key.
 func (o *Observer) Forget(key string) {
 	o.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 
@@ -20,6 +21,14 @@ import (
 // maxCASAttempts bounds how often one attempt re-reads after losing a
 // compare-and-swap race before it reports the lock as contended.
 const maxCASAttempts = 5
+
+// maxWriteAttempts bounds the compare-and-swap retries of a write that
+// should land whatever the contention: a release, leaving the queue, an
+// admin edit. Waiters registering in the queue write the same Lease, so a
+// release can lose a few races in a row under a crowd; each lost race is
+// another writer's progress, and the queue is bounded (lease.MaxQueue), so
+// a generous bound ends well before the crowd does.
+const maxWriteAttempts = 25
 
 // errContended: a waiting attempt lost a compare-and-swap race; the watch
 // brings the winner's write next.
@@ -49,39 +58,66 @@ type waitHint struct {
 
 // TryAcquire makes one attempt to take the lock. When another holder has it,
 // the error is a *HeldError (errors.Is(err, ErrHeld)) saying who and until
-// when. When the grant's answer came back too late to be used, the error
-// matches ErrAnsweredTooLate (and ErrHeld).
-func (c *Client) TryAcquire(ctx context.Context) (*Grant, error) {
-	info, _, err := c.resolve(ctx, false)
+// when; so it is when the lock is free but waiters are queued for it (they
+// come first: HeldError.Ahead says how many). When the grant's answer came
+// back too late to be used, the error matches ErrAnsweredTooLate (and
+// ErrHeld).
+//
+// Every call reads the DistributedLock first: its UID (a lock deleted and
+// created again is a new lock) and its recorded fencing token (no grant may
+// carry a token at or below it).
+func (c *Client) TryAcquire(ctx context.Context) (g *Grant, err error) {
+	defer c.countAcquire(c.cfg.Clock.Now(), &err)
+	info, _, err := c.resolve(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	g, _, err := c.attempt(ctx, info, candidate{lease: c.remembered(info.leaseName)}, false)
+	p := &place{}
+	g, _, err = c.attempt(ctx, &info, candidate{lease: c.remembered(info.leaseName)}, p)
+	if err != nil {
+		c.leaveQueue(info, p) // releases a grant whose answer never came, if it landed
+	}
 	return g, err
 }
 
+// countAcquire records an acquire that started at start and ended with
+// *err.
+func (c *Client) countAcquire(start time.Time, err *error) {
+	c.cfg.Metrics.acquired(c.cfg.Namespace, c.cfg.Name, c.cfg.Clock.Since(start), *err)
+}
+
 // Acquire blocks until this client holds the lock or ctx ends; a ctx with a
-// deadline makes it a try-lock with timeout. Waiting is event-driven: one
-// watch of the Lease wakes it on every change (a release above all), and a
-// timer at the observed expiry deadline; nothing polls.
-func (c *Client) Acquire(ctx context.Context) (*Grant, error) {
-	info, _, err := c.resolve(ctx, false)
+// deadline makes it a try-lock with timeout. A caller that has to wait joins
+// the lock's queue of waiters (first come, first served, within
+// Config.Priority): the holder's Release hands the lock to the head of the
+// queue in the same write, and when the lock falls free otherwise only the
+// head tries at once (see lease.Turn). Waiting is event-driven: one watch of
+// the Lease wakes it on every change, and a timer at the next deadline
+// (observed expiry, or this waiter's turn); nothing polls. A caller that
+// gives up leaves the queue.
+// Like TryAcquire it starts from a fresh read of the DistributedLock.
+func (c *Client) Acquire(ctx context.Context) (_ *Grant, err error) {
+	defer c.countAcquire(c.cfg.Clock.Now(), &err)
+	info, _, err := c.resolve(ctx, true)
 	if err != nil {
 		return nil, err
 	}
 	w := &leaseWatch{client: c, name: info.leaseName}
 	defer w.stop()
+	p := &place{ticket: newTicket(), waiting: true}
 	next := candidate{lease: c.remembered(info.leaseName)}
 	for {
-		g, hint, err := c.attempt(ctx, info, next, true)
+		g, hint, err := c.attempt(ctx, &info, next, p)
 		if err == nil {
 			return g, nil
 		}
 		if !errors.Is(err, ErrHeld) && !errors.Is(err, ErrLeaseUnavailable) && !errors.Is(err, errContended) {
+			c.leaveQueue(info, p)
 			return nil, err
 		}
 		var werr error
 		if next, werr = w.next(ctx, hint); werr != nil {
+			c.leaveQueue(info, p)
 			if errors.Is(err, errContended) {
 				err = fmt.Errorf("%w: lock %s is contended", ErrHeld, c.LockName())
 			}
@@ -90,23 +126,60 @@ func (c *Client) Acquire(ctx context.Context) (*Grant, error) {
 	}
 }
 
+// place is a caller's place in the lock's queue of waiters.
+type place struct {
+	// ticket names this Acquire call's entry; "" for a caller that does
+	// not queue (TryAcquire).
+	ticket string
+	// waiting: the caller waits, so it registers when it cannot have the
+	// lock at once.
+	waiting bool
+	// registeredAt is when the first write that put the ticket in the
+	// queue was sent (zero if none was). Any hand-off naming this ticket
+	// came after some registration of it, so after registeredAt: no other
+	// client can see the handed-off grant lapse before registeredAt plus
+	// the lease duration the hand-off wrote. It never moves forward, even
+	// if the caller registers again.
+	registeredAt time.Time
+	// sentRegistration: a registration was sent (it may have landed even
+	// if its answer never came), so a caller that gives up leaves the queue.
+	sentRegistration bool
+	// uncertain is the token of a grant whose answer never came (the
+	// caller gave up meanwhile, or the request failed), and uncertainNonce
+	// the nonce it was written with; a caller that gives up releases it if
+	// it landed, and only then.
+	uncertain      int64
+	uncertainNonce string
+}
+
 // attempt is one try, in the steps of client-go's tryAcquireOrRenew:
 //  1. Start from the candidate copy of the Lease, or a fresh read. A
 //     remembered copy is only a fast path to a free Lease: one that shows a
 //     holder, or is being deleted, is re-read first.
 //  2. A Lease the lock does not control (not adopted yet, or owned by
 //     something else), or one being deleted, cannot be granted: wait for the
-//     controller.
+//     controller. A Lease controlled by a lock of this name with another UID
+//     means the lock was deleted and created again: read it afresh and go on
+//     with the new one. A Lease whose token is below the lock's recorded
+//     token (wound back by hand) cannot be granted either: its next token may
+//     have been handed out before.
 //  3. Observe the Lease record on this client's monotonic clock.
-//  4. If a holder (this identity included: another process may use it) has
+//  4. A release that handed the lock to this caller's ticket: take the
+//     grant up (claimHandOff).
+//  5. If a holder (this identity included: another process may use it) has
 //     it and neither this client nor the controller has observed it go
-//     unrenewed for the lease duration: ErrHeld.
-//  5. Compare-and-swap: take it with leaseTransitions+1 as the token.
-//  6. On a conflict the copy was stale: a waiting caller waits for the
+//     unrenewed for the lease duration, or it is free but not yet this
+//     caller's turn in the queue: ErrHeld; a waiting caller registers in
+//     the queue (one compare-and-swap) and waits.
+//  6. Compare-and-swap: take it with leaseTransitions+1 as the token (or
+//     fail with ErrTokensExhausted at the end of the int32 range), leaving
+//     the queue together with the waiters ahead, whose turn has passed.
+//  7. On a conflict the copy was stale: a waiting caller waits for the
 //     watch to bring the newer version; otherwise re-read and go to 2.
-func (c *Client) attempt(ctx context.Context, info lockInfo, cand candidate, waiting bool) (*Grant, waitHint, error) {
+func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate, p *place) (*Grant, waitHint, error) {
+	info := *infoRef
 	for range maxCASAttempts {
-		if cand.lease != nil && !cand.verified && (cand.lease.DeletionTimestamp != nil || ptr.Deref(cand.lease.Spec.HolderIdentity, "") != "") {
+		if cand.lease != nil && !cand.verified && (cand.lease.DeletionTimestamp != nil || lease.Holder(cand.lease) != "") {
 			cand = candidate{}
 		}
 		if cand.lease == nil {
@@ -119,17 +192,67 @@ func (c *Client) attempt(ctx context.Context, info lockInfo, cand candidate, wai
 		current := cand.lease
 		hint := waitHint{resourceVersion: current.ResourceVersion, deadline: c.cfg.Clock.Now().Add(info.duration), judged: cand}
 		if err := c.grantable(current, info); err != nil {
+			if !cand.verified {
+				cand = candidate{} // a remembered copy may be stale: read afresh
+				continue
+			}
+			if fresh, recreated := c.lockRecreated(ctx, current, info); recreated {
+				info, *infoRef = fresh, fresh
+				cand = candidate{lease: current, verified: cand.verified, fromWatch: cand.fromWatch}
+				continue
+			}
 			return nil, hint, err
 		}
 
 		start := c.cfg.Clock.Now()
 		obs := c.observer.Observe(info.leaseName, lease.RecordOf(current), start)
-		if held, ok := c.heldByOther(ctx, obs, info, start, cand.fromWatch); ok {
-			hint.deadline = obs.Deadline(info.duration)
+		if handedToMe(current, c.cfg.Identity, p) {
+			g, err := c.claimHandOff(ctx, info, current, p, start)
+			switch {
+			case err == nil:
+				return g, waitHint{}, nil
+			case apierrors.IsConflict(err):
+				cand = candidate{}
+				continue
+			case errors.Is(err, ErrHeld):
+				return nil, hint, err
+			case ctx.Err() != nil:
+				// Gave up while renewing the handed-off grant: leaving
+				// (leaveQueue) hands it on.
+				return nil, hint, fmt.Errorf("%w: taking up the lock handed to this client: %w", ErrHeld, err)
+			default:
+				return nil, waitHint{}, fmt.Errorf("taking up the lock handed to this client: %w", err)
+			}
+		}
+		if held, turnAt := c.heldOrQueued(ctx, obs, info, current, p, start, cand.fromWatch); held != nil {
+			hint.deadline = turnAt
+			if p.waiting && lease.Position(current, p.ticket) < 0 {
+				registered, err := c.register(ctx, current, p)
+				switch {
+				case err == nil:
+					hint.resourceVersion, hint.judged = registered.ResourceVersion, candidate{lease: registered, verified: true}
+				case apierrors.IsConflict(err):
+					cand = candidate{}
+					continue
+				default:
+					// Queue full, or the registration failed: wait
+					// unregistered (behind everyone registered) and try
+					// again at the next change.
+				}
+			}
 			return nil, hint, held
 		}
 
-		updated, err := c.leases.Update(ctx, grantedLease(current, c.cfg.Identity, info.duration, start), metav1.UpdateOptions{})
+		granted, err := c.grantedLease(current, info, p, start)
+		if err != nil {
+			return nil, waitHint{}, err
+		}
+		nonce := newTicket()
+		if granted.Annotations == nil {
+			granted.Annotations = map[string]string{}
+		}
+		granted.Annotations[lease.GrantNonceAnnotation] = nonce
+		updated, err := c.leases.Update(ctx, granted, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
 			c.remember(updated)
@@ -137,18 +260,191 @@ func (c *Client) attempt(ctx context.Context, info lockInfo, cand candidate, wai
 				return nil, hint, late
 			}
 			c.observer.Observe(info.leaseName, lease.RecordOf(updated), start)
-			return newGrant(c, info, updated, start), waitHint{}, nil
-		case apierrors.IsConflict(err) && waiting && cand.verified:
+			return newGrant(c, c.logger(ctx), info, updated, c.safeUntil(info, start), c.renewInterval(info)), waitHint{}, nil
+		case apierrors.IsConflict(err) && p.waiting && cand.verified:
 			return nil, hint, errContended
 		case apierrors.IsConflict(err):
 			cand = candidate{}
-		default:
+		case ctx.Err() != nil:
+			// The caller gave up while the grant was on its way: it may
+			// have landed. Leaving (leaveQueue) releases it if it did.
 			c.remember(nil)
+			p.uncertain, p.uncertainNonce = lease.Token(granted), nonce
+			return nil, hint, fmt.Errorf("%w: acquiring lease %s/%s: no answer before the caller gave up: %w",
+				ErrHeld, c.cfg.Namespace, info.leaseName, err)
+		default:
+			// A request that failed may still have landed (a timeout, a
+			// 5xx, a broken connection): leaving releases it if it did.
+			c.remember(nil)
+			if mayHaveLanded(err) {
+				p.uncertain, p.uncertainNonce = lease.Token(granted), nonce
+			}
 			return nil, waitHint{}, fmt.Errorf("acquiring lease %s/%s: %w", c.cfg.Namespace, info.leaseName, err)
 		}
 	}
 	return nil, waitHint{deadline: c.cfg.Clock.Now().Add(info.duration)},
 		fmt.Errorf("%w: lost %d compare-and-swap races in a row on lease %s/%s", ErrHeld, maxCASAttempts, c.cfg.Namespace, info.leaseName)
+}
+
+// grantedLease is current granted to this client with the next token,
+// without the caller's queue entry and the entries ahead of it (their turn
+// has passed); a caller outside the queue comes after all of them.
+func (c *Client) grantedLease(current *coordinationv1.Lease, info lockInfo, p *place, start time.Time) (*coordinationv1.Lease, error) {
+	granted, err := lease.Grant(current, c.cfg.Identity, info.duration, start)
+	if err != nil {
+		return nil, fmt.Errorf("acquiring lock %s: %w", c.LockName(), err)
+	}
+	if lease.Position(current, p.ticket) >= 0 {
+		return lease.DequeueThrough(granted, p.ticket)
+	}
+	var passed []string
+	for _, w := range lease.Queue(current) {
+		passed = append(passed, w.Ticket)
+	}
+	return lease.Dequeue(granted, passed...)
+}
+
+// heldOrQueued reports whether the caller cannot take the lock now: a
+// holder's grant is still live as observed (see heldByOther), or the lock
+// is free but waiters ahead of the caller in the queue still have their
+// turn. turnAt is when to look again with no change in between.
+func (c *Client) heldOrQueued(ctx context.Context, obs lease.Observation, info lockInfo, current *coordinationv1.Lease,
+	p *place, now time.Time, fromWatch bool) (*HeldError, time.Time) {
+	position := lease.Position(current, p.ticket)
+	if position < 0 {
+		position = len(lease.Queue(current))
+	}
+	turn := lease.Turn(position, info.duration)
+	held, freeSince := c.heldByOther(ctx, obs, info, now, fromWatch)
+	if held != nil {
+		held.Ahead = position
+		return held, held.FreeAt.Add(turn)
+	}
+	if turnAt := freeSince.Add(turn); now.Before(turnAt) {
+		return &HeldError{Lock: c.LockName(), Ahead: position, Token: int64(obs.Record.Transitions), FreeAt: turnAt}, turnAt
+	}
+	return nil, time.Time{}
+}
+
+// register puts the caller in the lock's queue with one compare-and-swap
+// on current.
+func (c *Client) register(ctx context.Context, current *coordinationv1.Lease, p *place) (*coordinationv1.Lease, error) {
+	queued, err := lease.Enqueue(current, lease.Waiter{Identity: c.cfg.Identity, Ticket: p.ticket, Priority: c.cfg.Priority})
+	if err != nil {
+		return nil, err
+	}
+	if !p.sentRegistration {
+		p.registeredAt = c.cfg.Clock.Now()
+	}
+	p.sentRegistration = true
+	updated, err := c.leases.Update(ctx, queued, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	c.remember(updated)
+	c.cfg.Metrics.queued(c.cfg.Namespace, c.cfg.Name)
+	c.logger(ctx).V(1).Info("waiting in the lock's queue", "lock", c.LockName(), "position", lease.Position(updated, p.ticket))
+	return updated, nil
+}
+
+// handedToMe reports whether current is a release that handed the lock to
+// the caller's ticket.
+func handedToMe(current *coordinationv1.Lease, identity string, p *place) bool {
+	return p.ticket != "" && lease.Holder(current) == identity && current.Annotations[lease.TicketAnnotation] == p.ticket
+}
+
+// claimHandOff takes up a grant that a release handed to the caller. The
+// caller did not write it, so it trusts no window it did not start: the
+// hand-off was written after the caller's registration, so nobody else can
+// see the handed-off grant lapse before registeredAt plus the lease duration
+// (everyone's expiry clock starts at or after the hand-off's write). If that
+// window, minus the safety margin, still has at least half a renew interval
+// left, the grant is usable at once and its first renewal comes within the
+// window; otherwise (the wait was long) the caller renews first and counts
+// from that write, like any grant.
+func (c *Client) claimHandOff(ctx context.Context, info lockInfo, current *coordinationv1.Lease, p *place, now time.Time) (*Grant, error) {
+	interval := c.renewInterval(info)
+	if !p.registeredAt.IsZero() {
+		// The others judge the handed-off grant by the duration the
+		// releaser wrote, which may be shorter than this client's (the
+		// lock's leaseDurationSeconds was changed in between).
+		handed := info
+		handed.duration = min(info.duration, lease.RecordOf(current).Duration(info.duration))
+		until := c.safeUntil(handed, p.registeredAt)
+		if left := until.Sub(now); left >= interval/2 {
+			c.logger(ctx).V(1).Info("taking up the lock handed to this client", "lock", c.LockName(), "token", lease.Token(current))
+			return newGrant(c, c.logger(ctx), info, current, until, min(interval, left/2)), nil
+		}
+	}
+	updated, err := c.leases.Update(ctx, lease.Renew(current, info.duration, now), metav1.UpdateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	c.remember(updated)
+	if _, late := c.answeredTooLate(info, updated, now); late != nil {
+		return nil, late
+	}
+	c.observer.Observe(info.leaseName, lease.RecordOf(updated), now)
+	return newGrant(c, c.logger(ctx), info, updated, c.safeUntil(info, now), interval), nil
+}
+
+// leaveQueue takes a caller that gave up out of the queue (best effort,
+// bounded). A release that handed it the lock meanwhile, or a grant of its
+// own whose answer never came, is handed on or released, so it does not sit
+// on a lock nobody uses.
+func (c *Client) leaveQueue(info lockInfo, p *place) {
+	if !p.sentRegistration && p.uncertain == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = c.modifyLease(ctx, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+		if handedToMe(l, c.cfg.Identity, p) || landedUncertain(l, c.cfg.Identity, p) {
+			return c.releasedLease(l, info)
+		}
+		if lease.Position(l, p.ticket) < 0 {
+			return nil, errNothingToDo
+		}
+		return lease.Dequeue(l, p.ticket)
+	})
+}
+
+// mayHaveLanded reports whether a write that failed with err may still
+// have been applied: an answer from the apiserver below 500 (other than a
+// request timeout) is a refusal; a 5xx, a timeout or no answer is not.
+func mayHaveLanded(err error) bool {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		code := status.Status().Code
+		return code >= 500 || code == http.StatusRequestTimeout
+	}
+	return true
+}
+
+// landedUncertain reports whether current is the caller's own grant whose
+// answer never came: its identity, its token and its attempt's nonce.
+func landedUncertain(current *coordinationv1.Lease, identity string, p *place) bool {
+	return p.uncertain != 0 && p.uncertainNonce != "" && lease.Holder(current) == identity &&
+		lease.Token(current) == p.uncertain && current.Annotations[lease.GrantNonceAnnotation] == p.uncertainNonce
+}
+
+// errNothingToDo ends a modifyLease that has nothing to write.
+var errNothingToDo = errors.New("nothing to do")
+
+// releasedLease is current given up by its holder, this client: handed to
+// the head of the queue in the same write, or simply released when nobody
+// is queued.
+func (c *Client) releasedLease(current *coordinationv1.Lease, info lockInfo) (*coordinationv1.Lease, error) {
+	if current.DeletionTimestamp != nil || !controlledBy(current, info.uid) {
+		// Being deleted, or no longer this lock's (retired): nobody can
+		// take a hand-off up there, so it would only hold the Lease up.
+		return lease.Release(current), nil
+	}
+	handed, _, ok, err := lease.HandOff(current, c.cfg.Identity, info.duration, c.cfg.Clock.Now())
+	if err == nil && ok {
+		return handed, nil
+	}
+	return lease.Release(current), nil
 }
 
 // answeredTooLate refuses a grant whose answer came back after its safe
@@ -173,35 +469,59 @@ func (c *Client) answeredTooLate(info lockInfo, granted *coordinationv1.Lease, r
 }
 
 // grantable checks that the Lease is the lock's own, in service: controlled
-// by the lock, guarded by the token finalizer, not being deleted. Tokens on
-// any other Lease would not be protected from going backwards.
+// by the lock, guarded by the token finalizer, not being deleted, and not
+// wound back below a token already granted or recorded. Tokens on any other
+// Lease would not be protected from going backwards.
 func (c *Client) grantable(l *coordinationv1.Lease, info lockInfo) error {
-	switch owner := metav1.GetControllerOf(l); {
+	switch {
 	case l.DeletionTimestamp != nil:
 		return fmt.Errorf("%w: Lease %s/%s is being deleted; the controller recreates it", ErrLeaseUnavailable, c.cfg.Namespace, l.Name)
-	case owner == nil || owner.UID != info.uid || !slices.Contains(l.Finalizers, locksv1alpha1.LeaseTokenFinalizer):
+	case !controlledBy(l, info.uid) || !slices.Contains(l.Finalizers, locksv1alpha1.LeaseTokenFinalizer):
 		return fmt.Errorf("%w: Lease %s/%s is not (yet) managed by DistributedLock %s; is the frontdesk controller running?",
 			ErrLeaseUnavailable, c.cfg.Namespace, l.Name, c.LockName())
+	case lease.Token(l) < c.floor(info):
+		return fmt.Errorf("%w: Lease %s/%s has fencing token %d, below the %d already granted or recorded for lock %s "+
+			"(it was wound back by hand); no token is granted on it until the frontdesk controller restores it",
+			ErrLeaseUnavailable, c.cfg.Namespace, l.Name, lease.Token(l), c.floor(info), c.LockName())
 	}
 	return nil
 }
 
-// heldByOther reports whether a holder's grant is still live. It is
-// live until this client has seen the same record for the lease duration,
-// unless the controller, which may have been watching longer, already
-// reports this very record Expired (not asked for records a watch event just
-// brought: they changed a moment ago).
-func (c *Client) heldByOther(ctx context.Context, obs lease.Observation, info lockInfo, now time.Time, fromWatch bool) (*HeldError, bool) {
+// lockRecreated reports whether l is controlled by a DistributedLock of
+// this name with a UID other than the one this client knows (the lock was
+// deleted and created again), and if so returns the new lock's info.
+func (c *Client) lockRecreated(ctx context.Context, l *coordinationv1.Lease, info lockInfo) (lockInfo, bool) {
+	uid := lease.ControllerUID(l)
+	if uid == "" || uid == info.uid || l.Labels[locksv1alpha1.LockNameLabel] != c.cfg.Name {
+		return info, false
+	}
+	fresh, _, err := c.resolve(ctx, true)
+	if err != nil || fresh.uid != uid || fresh.leaseName != info.leaseName {
+		return info, false
+	}
+	return fresh, true
+}
+
+// heldByOther reports whether a holder's grant is still live, and if not
+// since when the lock has been free as observed here. A grant is live until
+// this client has seen the same record for the lease duration, unless the
+// controller, which may have been watching longer, already reports this
+// very record Expired (not asked for records a watch event just brought:
+// they changed a moment ago).
+func (c *Client) heldByOther(ctx context.Context, obs lease.Observation, info lockInfo, now time.Time, fromWatch bool) (*HeldError, time.Time) {
 	rec := obs.Record
-	if rec.Holder == "" || !now.Before(obs.Deadline(info.duration)) {
-		return nil, false
+	if rec.Holder == "" {
+		return nil, obs.ObservedAt
+	}
+	if deadline := obs.Deadline(info.duration); !now.Before(deadline) {
+		return nil, deadline
 	}
 	if !fromWatch {
 		if _, lock, err := c.resolve(ctx, true); err == nil && controllerSawExpiry(lock, rec) {
-			return nil, false
+			return nil, now
 		}
 	}
-	return &HeldError{Lock: c.LockName(), Holder: rec.Holder, Token: int64(rec.Transitions), FreeAt: obs.Deadline(info.duration)}, true
+	return &HeldError{Lock: c.LockName(), Holder: rec.Holder, Token: int64(rec.Transitions), FreeAt: obs.Deadline(info.duration)}, time.Time{}
 }
 
 // controllerSawExpiry reports whether the lock's status marks exactly this
@@ -211,18 +531,4 @@ func controllerSawExpiry(lock *locksv1alpha1.DistributedLock, rec lease.Record) 
 	st := lock.Status
 	return held != nil && held.Reason == locksv1alpha1.ReasonExpired && st.Holder == rec.Holder &&
 		st.FencingToken == int64(rec.Transitions) && st.RenewTime != nil && st.RenewTime.Time.Equal(rec.RenewTime)
-}
-
-// grantedLease is current taken by identity: the next token, fresh times and
-// the lock's duration. The copy keeps current's resourceVersion, which makes
-// the Update a compare-and-swap.
-func grantedLease(current *coordinationv1.Lease, identity string, duration time.Duration, now time.Time) *coordinationv1.Lease {
-	l := current.DeepCopy()
-	t := metav1.NewMicroTime(now)
-	l.Spec.HolderIdentity = ptr.To(identity)
-	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(current.Spec.LeaseTransitions, 0) + 1)
-	l.Spec.LeaseDurationSeconds = ptr.To(int32(duration / time.Second))
-	l.Spec.AcquireTime = &t
-	l.Spec.RenewTime = &t
-	return l
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +48,17 @@ type Config struct {
 	SafetyMargin time.Duration
 	// Clock is the client's clock. Default: the real one (monotonic).
 	Clock clock.WithTickerAndDelayedExecution
+	// Priority orders this client in the lock's queue of waiters: higher
+	// first, first come first served within a priority. Default 0.
+	Priority int32
+	// Logger receives what the client does: grants, renewal failures (as
+	// they happen, each retried within the safe window), losses, releases.
+	// Default: the logger in the context passed to Acquire or TryAcquire
+	// (logr.FromContext), else none.
+	Logger logr.Logger
+	// Metrics, when set, count acquires, renewals, failures, losses and
+	// time held (NewMetrics; names in docs/metrics.md).
+	Metrics *Metrics
 }
 
 // Client acquires one DistributedLock. It is safe for concurrent use, but a
@@ -61,6 +73,11 @@ type Client struct {
 	mu   sync.Mutex
 	info *lockInfo
 	last *coordinationv1.Lease
+	// highest is the highest fencing token this client has seen on the
+	// Leases of this lock name, across deletions and re-creations of the
+	// lock: tokens for a name never go back, and this is the client's own
+	// guard should a record be lost.
+	highest int64
 }
 
 // lockInfo is what a client needs from the DistributedLock itself.
@@ -68,14 +85,20 @@ type lockInfo struct {
 	uid       types.UID
 	leaseName string
 	duration  time.Duration
+	// recorded is the lock's status.fencingToken when it was read: no
+	// grant may carry a token at or below it.
+	recorded int64
 }
 
 // GroupVersionResource of DistributedLocks.
 var distributedLocks = locksv1alpha1.GroupVersion.WithResource("distributedlocks")
 
-// New returns a client for the lock named in cfg.
+// New returns a client for the lock named in cfg. Leases are read, written
+// and watched in protobuf, the apiserver's cheapest encoding (waiters decode
+// every change of the Lease while they wait); the DistributedLock, a custom
+// resource, in JSON.
 func New(restConfig *rest.Config, cfg Config) (*Client, error) {
-	cs, err := kubernetes.NewForConfig(restConfig)
+	cs, err := kubernetes.NewForConfig(ProtobufConfig(restConfig))
 	if err != nil {
 		return nil, fmt.Errorf("creating kubernetes client: %w", err)
 	}
@@ -84,6 +107,15 @@ func New(restConfig *rest.Config, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("creating dynamic client: %w", err)
 	}
 	return NewForClients(cs, dyn, cfg)
+}
+
+// ProtobufConfig is a copy of restConfig that speaks protobuf to the
+// apiserver, for the built-in types (Leases), falling back to JSON.
+func ProtobufConfig(restConfig *rest.Config) *rest.Config {
+	c := rest.CopyConfig(restConfig)
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return c
 }
 
 // NewForClients is New with clients the caller already has.
@@ -103,6 +135,14 @@ func NewForClients(cs kubernetes.Interface, dyn dynamic.Interface, cfg Config) (
 		locks:    dyn.Resource(distributedLocks).Namespace(cfg.Namespace),
 		observer: lease.NewObserver(),
 	}, nil
+}
+
+// logger is the configured logger, else the context's.
+func (c *Client) logger(ctx context.Context) logr.Logger {
+	if c.cfg.Logger.GetSink() != nil {
+		return c.cfg.Logger
+	}
+	return logr.FromContextOrDiscard(ctx)
 }
 
 // Identity is who this client holds the lock as.
@@ -146,7 +186,8 @@ func (c *Client) resolve(ctx context.Context, refresh bool) (lockInfo, *locksv1a
 	if err != nil {
 		return lockInfo{}, nil, err
 	}
-	info := lockInfo{uid: lock.UID, leaseName: lock.Status.LeaseName, duration: time.Duration(lock.EffectiveLeaseDurationSeconds()) * time.Second}
+	info := lockInfo{uid: lock.UID, leaseName: lock.Status.LeaseName, recorded: lock.Status.FencingToken,
+		duration: time.Duration(lock.EffectiveLeaseDurationSeconds()) * time.Second}
 	if info.leaseName == "" {
 		info.leaseName = lock.EffectiveLeaseName()
 	}
@@ -154,6 +195,15 @@ func (c *Client) resolve(ctx context.Context, refresh bool) (lockInfo, *locksv1a
 	c.info = &info
 	c.mu.Unlock()
 	return info, lock, nil
+}
+
+// floor is the highest token known to have been granted or recorded for
+// the lock: a Lease below it was wound back, and granting on it could hand
+// out a token again.
+func (c *Client) floor(info lockInfo) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return max(info.recorded, c.highest)
 }
 
 // readLease reads the Lease afresh and remembers it.
@@ -186,4 +236,12 @@ func (c *Client) remember(l *coordinationv1.Lease) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.last = l
+	if l != nil && (l.Labels[locksv1alpha1.LockNameLabel] == c.cfg.Name || (c.info != nil && controlledBy(l, c.info.uid))) {
+		c.highest = max(c.highest, lease.Token(l))
+	}
+}
+
+// controlledBy reports whether the lock with the given UID controls l.
+func controlledBy(l *coordinationv1.Lease, uid types.UID) bool {
+	return uid != "" && lease.ControllerUID(l) == uid
 }

@@ -30,12 +30,16 @@ var (
 	ErrAnsweredTooLate = fmt.Errorf("%w: the grant's answer came back too late to use", ErrHeld)
 )
 
-// HeldError says who holds the lock and until when, as observed here.
+// HeldError says who holds the lock and until when, as observed here, or,
+// for a free lock, that waiters queued ahead have their turn first.
 type HeldError struct {
 	// Lock is namespace/name of the DistributedLock.
 	Lock string
-	// Holder is the current holder's identity.
+	// Holder is the current holder's identity ("" when the lock is free
+	// but waiters are queued ahead).
 	Holder string
+	// Ahead is how many queued waiters come before this caller.
+	Ahead int
 	// Token is the holder's fencing token.
 	Token int64
 	// FreeAt is when the lock becomes free if the holder stays silent: this
@@ -46,8 +50,16 @@ type HeldError struct {
 
 // Error implements error.
 func (e *HeldError) Error() string {
-	return fmt.Sprintf("lock %s is held by %s (fencing token %d) until ~%s unless it renews",
+	if e.Holder == "" {
+		return fmt.Sprintf("lock %s is free, but %d queued waiter(s) come first (their turn ends ~%s)",
+			e.Lock, e.Ahead, e.FreeAt.Format(time.RFC3339))
+	}
+	msg := fmt.Sprintf("lock %s is held by %s (fencing token %d) until ~%s unless it renews",
 		e.Lock, e.Holder, e.Token, e.FreeAt.Format(time.RFC3339))
+	if e.Ahead > 0 {
+		msg += fmt.Sprintf("; %d queued waiter(s) come first", e.Ahead)
+	}
+	return msg
 }
 
 // Is makes errors.Is(err, ErrHeld) true.

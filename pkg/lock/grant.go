@@ -7,11 +7,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
+
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
 // Grant is one holding of the lock, with its fencing token. A background
@@ -31,15 +33,26 @@ type Grant struct {
 	lost        chan struct{}
 	stop        chan struct{}
 	done        chan struct{}
+	// poke asks the heartbeat to renew at once (follow saw the Lease no
+	// longer record this grant).
+	poke chan struct{}
 
-	mu           sync.Mutex
+	log     logr.Logger
+	started time.Time // when the grant began, on the local clock
+
+	mu sync.Mutex
+	// lease is the Lease as this grant last wrote it; latest the newest
+	// version the watch brought that still records it (see freshest).
 	lease        *coordinationv1.Lease
+	latest       *coordinationv1.Lease
 	validUntil   time.Time
 	expiry       clock.Timer
 	lastRenewErr error
 	lostErr      error
+	onLost       []func(error)
 	stopOnce     sync.Once
 	lostOnce     sync.Once
+	endOnce      sync.Once
 }
 
 // safetyMargin is how long before the lease could lapse for others a grant
@@ -59,17 +72,16 @@ func (c *Client) safeUntil(info lockInfo, start time.Time) time.Time {
 	return start.Add(info.duration - c.safetyMargin(info))
 }
 
-func newGrant(c *Client, info lockInfo, granted *coordinationv1.Lease, requestStart time.Time) *Grant {
-	interval := c.cfg.RenewInterval
-	if interval <= 0 {
-		interval = info.duration / 3
-	}
+// newGrant starts a grant of the lock: held until validUntil unless renewed,
+// renewed first after firstRenewal, then every renew interval.
+func newGrant(c *Client, log logr.Logger, info lockInfo, granted *coordinationv1.Lease, validUntil time.Time, firstRenewal time.Duration) *Grant {
+	interval := c.renewInterval(info)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	renewCtx, stopRenewal := context.WithCancel(context.Background())
 	g := &Grant{
 		client:      c,
 		info:        info,
-		token:       int64(ptr.Deref(granted.Spec.LeaseTransitions, 0)),
+		token:       lease.Token(granted),
 		interval:    interval,
 		ctx:         ctx,
 		cancel:      cancel,
@@ -78,13 +90,18 @@ func newGrant(c *Client, info lockInfo, granted *coordinationv1.Lease, requestSt
 		lost:        make(chan struct{}),
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
+		poke:        make(chan struct{}, 1),
 		lease:       granted,
+		started:     c.cfg.Clock.Now(),
 	}
+	g.log = log.WithValues("lock", c.LockName(), "holder", c.cfg.Identity, "token", g.token)
+	g.log.V(1).Info("acquired the lock", "safeFor", validUntil.Sub(g.started).Round(time.Millisecond))
 	g.mu.Lock()
-	g.validUntil = c.safeUntil(info, requestStart)
+	g.validUntil = validUntil
 	g.armExpiry()
 	g.mu.Unlock()
-	go g.renewLoop()
+	go g.renewLoop(firstRenewal)
+	go g.follow(granted.ResourceVersion)
 	return g
 }
 
@@ -101,8 +118,37 @@ func (g *Grant) Lock() string { return g.client.LockName() }
 // Context is cancelled the moment the holder can no longer be sure it holds
 // the lock: before the lease could have lapsed for anyone else (with a
 // safety margin), when the grant is found taken over or broken, and on
-// Release. context.Cause tells which.
-func (g *Grant) Context() context.Context { return g.ctx }
+// Release. context.Cause tells which. Its Deadline is the end of the safe
+// window as of this call (ValidUntil), so I/O bounded by it cannot outlast
+// what is known to be safe; renewals push the window on, and Context called
+// again reports the new one, while the returned context itself stays valid
+// until the grant ends.
+func (g *Grant) Context() context.Context {
+	return windowContext{Context: g.ctx, deadline: g.ValidUntil()}
+}
+
+// windowContext is the grant's context with the safe window it knew when
+// it was handed out as its deadline.
+type windowContext struct {
+	context.Context
+	deadline time.Time
+}
+
+// Deadline implements context.Context.
+func (c windowContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// OnLost runs f (in a goroutine of its own) when the grant ends without
+// Release, with the reason (also Err); at once if it already has. It is the
+// callback form of Lost.
+func (g *Grant) OnLost(f func(error)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lostErr != nil {
+		go f(g.lostErr)
+		return
+	}
+	g.onLost = append(g.onLost, f)
+}
 
 // Lost is closed when the grant ends without Release.
 func (g *Grant) Lost() <-chan struct{} { return g.lost }
@@ -122,30 +168,64 @@ func (g *Grant) ValidUntil() time.Time {
 	return g.validUntil
 }
 
-// renewLoop renews every interval until stopped or lost. Expiry is not
-// judged here but by a timer of its own (armExpiry), which keeps running
-// while a renewal is in flight, so a slow renewal cannot delay the loss.
-func (g *Grant) renewLoop() {
+// renewLoop renews every interval until stopped or lost. A renewal that
+// fails is retried sooner, with backoff, while the safe window lasts: a
+// transient error or two must not cost a healthy grant. Expiry is not judged
+// here but by a timer of its own (armExpiry), which keeps running while a
+// renewal is in flight, so a slow renewal cannot delay the loss.
+func (g *Grant) renewLoop(first time.Duration) {
 	defer close(g.done)
-	ticker := g.client.cfg.Clock.NewTicker(g.interval)
-	defer ticker.Stop()
+	timer := g.client.cfg.Clock.NewTimer(first)
+	defer timer.Stop()
+	failures := 0
 	for {
 		select {
 		case <-g.stop:
 			return
 		case <-g.lost:
 			return
-		case <-ticker.C():
-			if err := g.renewOnce(); errors.Is(err, ErrLost) {
-				g.lose(err)
-				return
-			} else if err != nil {
-				g.mu.Lock()
-				g.lastRenewErr = err
-				g.mu.Unlock()
+		case <-timer.C():
+		case <-g.poke:
+		}
+		err := g.renewOnce()
+		switch {
+		case errors.Is(err, ErrLost):
+			g.lose(err)
+			return
+		case err != nil:
+			failures++
+			g.mu.Lock()
+			g.lastRenewErr = err
+			left := g.validUntil.Sub(g.client.cfg.Clock.Now())
+			g.mu.Unlock()
+			retry := renewRetryDelay(failures, g.interval)
+			g.client.cfg.Metrics.renewed(g.client.cfg.Namespace, g.client.cfg.Name, err)
+			g.log.Error(err, "renewal failed; retrying within the safe window", "failures", failures,
+				"retryIn", retry, "safeFor", left.Round(time.Millisecond))
+			timer.Reset(retry)
+		default:
+			if failures > 0 {
+				g.log.Info("renewed again after failures", "failures", failures)
 			}
+			failures = 0
+			g.client.cfg.Metrics.renewed(g.client.cfg.Namespace, g.client.cfg.Name, nil)
+			timer.Reset(g.interval)
 		}
 	}
+}
+
+// renewRetryDelay is how long to wait before retrying after the given
+// number of failed renewals in a row: from a tenth of the renew interval
+// (at most 100ms), doubling, up to half the interval.
+func renewRetryDelay(failures int, interval time.Duration) time.Duration {
+	d := min(interval/10, 100*time.Millisecond)
+	for range failures - 1 {
+		if d >= interval/2 {
+			break
+		}
+		d *= 2
+	}
+	return min(max(d, time.Millisecond), max(interval/2, time.Millisecond))
 }
 
 // armExpiry (re)starts the timer that declares the grant lost at
@@ -159,33 +239,33 @@ func (g *Grant) armExpiry() {
 		g.mu.Lock()
 		lastErr := g.lastRenewErr
 		g.mu.Unlock()
-		g.lose(fmt.Errorf("%w: lock %s not renewed within its lease (last error: %v)", ErrLost, g.Lock(), lastErr))
+		g.lose(lostBecause("expired", "%w: lock %s not renewed within its lease (last error: %v)", ErrLost, g.Lock(), lastErr))
+		go g.releaseLapsed()
 	})
 }
 
 // renewOnce moves renewTime forward with a compare-and-swap. A conflict is
-// re-read: if the Lease is still this grant's, the renewal is retried once;
-// otherwise the grant is lost.
+// re-read: if the Lease is still this grant's (waiters registering in the
+// queue write it too), the renewal is retried, up to maxWriteAttempts
+// times within the safe window; otherwise the grant is lost. So is a grant whose Lease the lock no longer
+// controls (the lock was deleted, or deleted and created again) or whose
+// Lease is being deleted: the holder stops renewing, so the controller sees
+// the grant lapse and can retire or recreate the Lease.
 func (g *Grant) renewOnce() error {
 	clk := g.client.cfg.Clock
 	ctx, cancel := context.WithTimeout(g.renewCtx, max(g.ValidUntil().Sub(clk.Now()), time.Millisecond))
 	defer cancel()
 	g.mu.Lock()
-	current := g.lease
+	current := g.freshest()
 	g.mu.Unlock()
-	for range 2 {
+	for range maxWriteAttempts {
 		start := clk.Now()
-		l := current.DeepCopy()
-		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(start))
-		l.Spec.LeaseDurationSeconds = ptr.To(int32(g.info.duration / time.Second))
-		updated, err := g.client.leases.Update(ctx, l, metav1.UpdateOptions{})
-		if err == nil && updated.DeletionTimestamp != nil {
-			// The Lease is being deleted: stop renewing, so the controller
-			// sees this grant lapse and can let the Lease go.
-			g.client.remember(updated)
-			return fmt.Errorf("%w: lease %s/%s is being deleted", ErrLost, g.client.cfg.Namespace, g.info.leaseName)
-		}
+		updated, err := g.client.leases.Update(ctx, lease.Renew(current, g.info.duration, start), metav1.UpdateOptions{})
 		if err == nil {
+			g.client.remember(updated)
+			if lostErr := g.stillServing(updated); lostErr != nil {
+				return lostErr
+			}
 			g.mu.Lock()
 			select {
 			case <-g.lost: // too late: the grant already expired
@@ -194,7 +274,6 @@ func (g *Grant) renewOnce() error {
 				g.armExpiry()
 			}
 			g.mu.Unlock()
-			g.client.remember(updated)
 			return nil
 		}
 		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
@@ -203,8 +282,67 @@ func (g *Grant) renewOnce() error {
 		if current, err = g.reread(ctx); err != nil {
 			return err
 		}
+		if err := g.stillServing(current); err != nil {
+			return err
+		}
 	}
-	return fmt.Errorf("renewing lease %s/%s: lost two compare-and-swap races", g.client.cfg.Namespace, g.info.leaseName)
+	return fmt.Errorf("renewing lease %s/%s: lost %d compare-and-swap races", g.client.cfg.Namespace, g.info.leaseName, maxWriteAttempts)
+}
+
+// stillServing is nil while l, this grant's own Lease, still serves the
+// lock: not being deleted and controlled by the lock this grant came from.
+func (g *Grant) stillServing(l *coordinationv1.Lease) error {
+	switch {
+	case l.DeletionTimestamp != nil:
+		return lostBecause("lease_deleted", "%w: lease %s/%s is being deleted", ErrLost, g.client.cfg.Namespace, g.info.leaseName)
+	case !controlledBy(l, g.info.uid):
+		return lostBecause("lock_deleted", "%w: lock %s was deleted (or deleted and created again): its Lease %s is no longer this lock's",
+			ErrLost, g.Lock(), g.info.leaseName)
+	}
+	return nil
+}
+
+// releaseLapsed runs after the grant was lost because its safe window ended
+// without a renewal: if the server still shows this very grant (renewals
+// failed, or landed but their answers came too late), it clears it, so the
+// others need not wait out a lease nobody uses. It first waits the safety
+// margin, the time the holder has between its Context ending and the
+// earliest moment anyone else could take over had nothing been released:
+// releasing at once would let the next holder start while this one may still
+// be finishing what its Context told it to stop. The Update is a
+// compare-and-swap on a fresh read that still shows this grant, so it can
+// never clear anyone else's. It gives up after one lease duration.
+func (g *Grant) releaseLapsed() {
+	g.stopRenewing()
+	clk := g.client.cfg.Clock
+	<-clk.After(g.client.safetyMargin(g.info))
+	ctx, cancel := context.WithTimeout(context.Background(), g.info.duration)
+	defer cancel()
+	for failures := 1; ctx.Err() == nil; failures++ {
+		fresh, err := g.client.leases.Get(ctx, g.info.leaseName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if err == nil {
+			g.client.remember(fresh)
+			if !g.owns(fresh) {
+				return
+			}
+			released, err := g.client.releasedLease(fresh, g.info)
+			if err != nil {
+				return
+			}
+			updated, err := g.client.leases.Update(ctx, released, metav1.UpdateOptions{})
+			if err == nil {
+				g.client.remember(updated)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-clk.After(renewRetryDelay(failures, g.interval)):
+		}
+	}
 }
 
 // reread fetches the Lease and returns it if this grant still holds it, or
@@ -212,31 +350,26 @@ func (g *Grant) renewOnce() error {
 func (g *Grant) reread(ctx context.Context) (*coordinationv1.Lease, error) {
 	fresh, err := g.client.leases.Get(ctx, g.info.leaseName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("%w: lease %s/%s was deleted", ErrLost, g.client.cfg.Namespace, g.info.leaseName)
+		return nil, lostBecause("lease_deleted", "%w: lease %s/%s was deleted", ErrLost, g.client.cfg.Namespace, g.info.leaseName)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading lease %s/%s: %w", g.client.cfg.Namespace, g.info.leaseName, err)
 	}
 	g.client.remember(fresh)
-	if fresh.DeletionTimestamp != nil {
-		return nil, fmt.Errorf("%w: lease %s/%s is being deleted", ErrLost, g.client.cfg.Namespace, g.info.leaseName)
-	}
 	if !g.owns(fresh) {
-		holder := ptr.Deref(fresh.Spec.HolderIdentity, "")
+		holder := lease.Holder(fresh)
 		if holder == "" {
 			holder = "nobody"
 		}
-		return nil, fmt.Errorf("%w: lock %s is now held by %s with fencing token %d (ours was %d)",
-			ErrLost, g.Lock(), holder, ptr.Deref(fresh.Spec.LeaseTransitions, 0), g.token)
+		return nil, lostBecause("taken_over", "%w: lock %s is now held by %s with fencing token %d (ours was %d)",
+			ErrLost, g.Lock(), holder, lease.Token(fresh), g.token)
 	}
 	return fresh, nil
 }
 
-// owns reports whether l is still this grant: same holder, same token, not
-// being deleted.
+// owns reports whether l still records this grant: same holder, same token.
 func (g *Grant) owns(l *coordinationv1.Lease) bool {
-	return l.DeletionTimestamp == nil && ptr.Deref(l.Spec.HolderIdentity, "") == g.Holder() &&
-		int64(ptr.Deref(l.Spec.LeaseTransitions, 0)) == g.token
+	return lease.Holder(l) == g.Holder() && lease.Token(l) == g.token
 }
 
 func (g *Grant) lose(err error) {
@@ -246,10 +379,47 @@ func (g *Grant) lose(err error) {
 		if g.expiry != nil {
 			g.expiry.Stop()
 		}
+		hooks := g.onLost
+		g.onLost = nil
 		g.mu.Unlock()
 		g.cancel(err)
 		close(g.lost)
+		g.log.Error(err, "lost the lock")
+		g.ended(lossReason(err))
+		for _, f := range hooks {
+			go f(err)
+		}
 	})
+}
+
+// ended counts the end of the grant, once.
+func (g *Grant) ended(lostReason string) {
+	g.endOnce.Do(func() {
+		g.client.cfg.Metrics.ended(g.client.cfg.Namespace, g.client.cfg.Name, g.client.cfg.Clock.Since(g.started), lostReason)
+	})
+}
+
+// lossError is an ErrLost error with the reason the metrics count it by.
+type lossError struct {
+	reason string
+	err    error
+}
+
+func (e *lossError) Error() string { return e.err.Error() }
+func (e *lossError) Unwrap() error { return e.err }
+
+// lostBecause is an error for a grant lost for reason (a metric label).
+func lostBecause(reason, format string, args ...any) error {
+	return &lossError{reason: reason, err: fmt.Errorf(format, args...)}
+}
+
+// lossReason is the metric label of a loss.
+func lossReason(err error) string {
+	var le *lossError
+	if errors.As(err, &le) {
+		return le.reason
+	}
+	return "other"
 }
 
 // stopRenewing ends the heartbeat, cancelling a renewal in flight, and
@@ -271,6 +441,7 @@ func (g *Grant) Release(ctx context.Context) error {
 	// that can wait on the network.
 	g.cancel(ErrReleased)
 	g.stopRenewing()
+	defer g.ended("")
 	g.mu.Lock()
 	if g.expiry != nil {
 		g.expiry.Stop()
@@ -280,15 +451,17 @@ func (g *Grant) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: nothing released: %w", ErrNotHolder, err)
 	}
 	g.mu.Lock()
-	current := g.lease
+	current := g.freshest()
 	g.mu.Unlock()
-	for range maxCASAttempts {
-		l := current.DeepCopy()
-		l.Spec.HolderIdentity = nil
-		l.Spec.AcquireTime, l.Spec.RenewTime = nil, nil
-		updated, err := g.client.leases.Update(ctx, l, metav1.UpdateOptions{})
+	for range maxWriteAttempts {
+		released, err := g.client.releasedLease(current, g.info)
+		if err != nil {
+			return err
+		}
+		updated, err := g.client.leases.Update(ctx, released, metav1.UpdateOptions{})
 		if err == nil {
 			g.client.remember(updated)
+			g.log.V(1).Info("released the lock", "handedTo", lease.Holder(updated))
 			return nil
 		}
 		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
@@ -298,5 +471,5 @@ func (g *Grant) Release(ctx context.Context) error {
 			return fmt.Errorf("%w: nothing released: %w", ErrNotHolder, err)
 		}
 	}
-	return fmt.Errorf("releasing lease %s/%s: lost %d compare-and-swap races", g.client.cfg.Namespace, g.info.leaseName, maxCASAttempts)
+	return fmt.Errorf("releasing lease %s/%s: lost %d compare-and-swap races", g.client.cfg.Namespace, g.info.leaseName, maxWriteAttempts)
 }

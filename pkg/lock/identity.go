@@ -13,23 +13,37 @@ import (
 // before it names the pod (the controller labels that pod).
 const IdentitySeparator = locksv1alpha1.IdentitySeparator
 
-// DefaultIdentity is unique per process incarnation: $POD_NAME (else the
-// hostname), the separator, and 8 random hex digits.
+// DefaultIdentity is unique per process incarnation. In a pod whose
+// downward API sets $POD_NAME and $POD_UID it is "<pod>_<uid>_<8 hex>": the
+// controller then marks that pod (and only that pod, checked by UID) as the
+// holder. Without them it is "<hostname>_<8 hex>", which marks no pod.
 func DefaultIdentity() string {
-	base := os.Getenv("POD_NAME")
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	random := hex.EncodeToString(suffix)
+	pod, uid := os.Getenv("POD_NAME"), os.Getenv("POD_UID")
+	if pod != "" && locksv1alpha1.PodUIDOf(pod+IdentitySeparator+uid) != "" {
+		return locksv1alpha1.PodIdentity(pod, uid, random)
+	}
+	base := pod
 	if base == "" {
 		base, _ = os.Hostname()
 	}
 	if base == "" {
 		base = "unknown"
 	}
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	return base + IdentitySeparator + hex.EncodeToString(suffix)
+	return base + IdentitySeparator + random
 }
 
 // PodNameOf returns the pod (or host) part of an identity made by
 // DefaultIdentity; other identities are returned whole.
 func PodNameOf(identity string) string {
 	return locksv1alpha1.PodNameOf(identity)
+}
+
+// newTicket is a random ticket for one place in a lock's queue.
+func newTicket() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

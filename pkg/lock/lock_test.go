@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -18,33 +17,25 @@ import (
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
-func TestGrantedLeaseBumpsTokenAndKeepsResourceVersion(t *testing.T) {
+func TestRenewRetryDelayBacksOffWithinTheInterval(t *testing.T) {
 	cases := []struct {
-		name        string
-		transitions *int32
-		wantToken   int32
+		failures int
+		interval time.Duration
+		want     time.Duration
 	}{
-		{"fresh lease without transitions", nil, 1},
-		{"lease at 41", ptr.To[int32](41), 42},
+		{1, 5 * time.Second, 100 * time.Millisecond},
+		{2, 5 * time.Second, 200 * time.Millisecond},
+		{5, 5 * time.Second, 1600 * time.Millisecond},
+		{6, 5 * time.Second, 2500 * time.Millisecond},
+		{50, 5 * time.Second, 2500 * time.Millisecond},
+		{1, 300 * time.Millisecond, 30 * time.Millisecond},
+		{4, 300 * time.Millisecond, 150 * time.Millisecond},
+		{1, time.Millisecond, time.Millisecond},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			current := &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: "billing", ResourceVersion: "77"},
-				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("old"), LeaseTransitions: tc.transitions},
-			}
-			got := grantedLease(current, "me", 20*time.Second, t0)
-			if got.ResourceVersion != "77" {
-				t.Errorf("resourceVersion %q: the Update would not be a compare-and-swap", got.ResourceVersion)
-			}
-			if ptr.Deref(got.Spec.LeaseTransitions, 0) != tc.wantToken || ptr.Deref(got.Spec.HolderIdentity, "") != "me" ||
-				ptr.Deref(got.Spec.LeaseDurationSeconds, 0) != 20 || !got.Spec.AcquireTime.Time.Equal(t0) || !got.Spec.RenewTime.Time.Equal(t0) {
-				t.Errorf("granted spec = %+v", got.Spec)
-			}
-			if ptr.Deref(current.Spec.HolderIdentity, "") != "old" {
-				t.Error("grantedLease modified its input")
-			}
-		})
+	for _, c := range cases {
+		if got := renewRetryDelay(c.failures, c.interval); got != c.want {
+			t.Errorf("renewRetryDelay(%d, %s) = %s, want %s", c.failures, c.interval, got, c.want)
+		}
 	}
 }
 
@@ -91,6 +82,20 @@ func TestDefaultIdentityIsUniquePerProcessAndNamesThePod(t *testing.T) {
 	if PodNameOf("custom") != "custom" {
 		t.Error("an identity without a separator is its own pod name")
 	}
+	const uid = "0b6f8c1e-3d2a-4f5b-9c7e-1a2b3c4d5e6f"
+	t.Setenv("POD_UID", uid)
+	withUID := DefaultIdentity()
+	if !regexp.MustCompile(`^billing-7d9f-x2x_` + uid + `_[0-9a-f]{8}$`).MatchString(withUID) {
+		t.Errorf("identity %q does not look like <pod>_<uid>_<8 hex>", withUID)
+	}
+	if locksv1alpha1.PodUIDOf(withUID) != uid || PodNameOf(withUID) != "billing-7d9f-x2x" {
+		t.Errorf("identity %q does not carry pod and UID", withUID)
+	}
+	t.Setenv("POD_UID", "not-a-uid")
+	if got := DefaultIdentity(); locksv1alpha1.PodUIDOf(got) != "" {
+		t.Errorf("a malformed $POD_UID made it into %q", got)
+	}
+	t.Setenv("POD_UID", "")
 	t.Setenv("POD_NAME", "")
 	host, _ := os.Hostname()
 	if got := DefaultIdentity(); !strings.HasPrefix(got, host+IdentitySeparator) {

@@ -30,10 +30,7 @@ func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error
 	timer := clk.NewTimer(max(hint.deadline.Sub(clk.Now()), time.Millisecond))
 	defer timer.Stop()
 	if lw.w == nil {
-		w, err := lw.client.leases.Watch(ctx, metav1.ListOptions{
-			FieldSelector:   fields.OneTermEqualSelector("metadata.name", lw.name).String(),
-			ResourceVersion: hint.resourceVersion,
-		})
+		w, err := lw.client.watchLease(ctx, lw.name, hint.resourceVersion)
 		if err != nil {
 			// No watch (the resourceVersion may be too old, or watching is
 			// not allowed): back off, then read afresh.
@@ -67,6 +64,15 @@ func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error
 		lw.client.remember(nil)
 		return candidate{}, nil
 	}
+}
+
+// watchLease watches the Lease name from resourceVersion ("" for its
+// current state).
+func (c *Client) watchLease(ctx context.Context, name, resourceVersion string) (watch.Interface, error) {
+	return c.leases.Watch(ctx, metav1.ListOptions{
+		FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
+		ResourceVersion: resourceVersion,
+	})
 }
 
 func (lw *leaseWatch) stop() {

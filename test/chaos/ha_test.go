@@ -79,7 +79,7 @@ func (ha *haControlPlane) killAPIServerA(t *testing.T, r *runState) {
 		t.Log("worker-0 did not hold the lock while another worker had work left; killing apiserver A anyway")
 	}
 	a.start(t, ha.direct)
-	t.Logf("kube-apiserver A %d SIGKILLed and started again as %d; load balancer connections so far: %v", old, a.pid, ha.lb.dialCounts())
+	t.Logf("kube-apiserver A %d SIGKILLed and started again as %d; load balancer connections so far: %v", old, a.pid, ha.lb.DialCounts())
 }
 
 // haControlPlane is three etcd members and two kube-apiservers (A and B)
@@ -226,7 +226,7 @@ func (ha *haControlPlane) stop() {
 		ha.c.stopManagers()
 	}
 	if ha.lb != nil {
-		ha.lb.close()
+		ha.lb.Close()
 	}
 	for _, a := range ha.apiservers {
 		if a != nil && a.cmd != nil {

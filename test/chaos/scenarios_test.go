@@ -108,9 +108,9 @@ func TestClientCutOffFromTheAPIServer(t *testing.T) {
 				var cut int
 				var token int64
 				waitFor(t, time.Minute, "a holder", func() bool { cut, token = r.holderWorker(); return cut >= 0 })
-				r.proxies[cut].fail(mode)
+				r.proxies[cut].Fail(mode)
 				waitFor(t, time.Minute, "a takeover", func() bool { _, tok := r.holderWorker(); return tok > token })
-				r.proxies[cut].restore()
+				r.proxies[cut].Restore()
 				checkGaveUpFirst(t, r, cut, token, mode.String(), false)
 			}
 		}})
@@ -349,7 +349,8 @@ func checkStatusConverges(t *testing.T, c *cluster, ns, name string) {
 	})
 }
 
-// statusSampler watches a lock's status token; it must never go down.
+// statusSampler watches a lock's status token; it must never go down, also
+// from one lock to the next of the same name.
 type statusSampler struct {
 	stop chan struct{}
 	done chan []int64
@@ -366,10 +367,14 @@ func sampleStatusTokens(t *testing.T, c *cluster, ns, name string) *statusSample
 				return
 			case <-time.After(50 * time.Millisecond): // sampling interval
 			}
+			// Across a lock deleted and created again too: a status not
+			// yet written (no leaseName) is no sample.
 			lk := &locksv1alpha1.DistributedLock{}
-			if err := c.k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, lk); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second) // the apiserver may be down
+			if err := c.k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, lk); err == nil && lk.Status.LeaseName != "" {
 				tokens = append(tokens, lk.Status.FencingToken)
 			}
+			cancel()
 		}
 	}()
 	return s
@@ -378,7 +383,7 @@ func sampleStatusTokens(t *testing.T, c *cluster, ns, name string) *statusSample
 func (s *statusSampler) check(t *testing.T) {
 	close(s.stop)
 	tokens := <-s.done
-	if len(tokens) < 10 {
+	if len(tokens) < 3 {
 		t.Errorf("only %d status samples", len(tokens))
 	}
 	if !sort.SliceIsSorted(tokens, func(i, j int) bool { return tokens[i] < tokens[j] }) {
@@ -395,7 +400,7 @@ func proxiedWorker(t *testing.T, r *runState, i int, w *workerSpec) {
 	t.Helper()
 	p, path := proxiedKubeconfig(t, r.c.kubeconfigPath, fmt.Sprintf("worker-%d", i))
 	r.proxies = append(r.proxies, p)
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	w.kubeconfig = path
 }
 
@@ -418,7 +423,7 @@ func proxiedKubeconfig(t *testing.T, kubeconfig, name string, targets ...string)
 		if p, err = newProxy(targets...); err != nil {
 			t.Fatal(err)
 		}
-		c.Server = "https://" + p.addr()
+		c.Server = "https://" + p.Addr()
 	}
 	path := filepath.Join(t.TempDir(), "kubeconfig-"+name)
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {

@@ -53,6 +53,7 @@ func runWorker() int {
 		cancel()
 		if err != nil {
 			fmt.Println("acquire-error", strings.ReplaceAll(err.Error(), "\n", " "))
+			time.Sleep(100 * time.Millisecond) // the lock may be gone for a while (deleted and created again)
 			continue
 		}
 		fmt.Printf("acquire %d %d %d\n", call, time.Now().UnixNano(), g.Token())

@@ -7,11 +7,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/controllers"
@@ -24,10 +21,8 @@ func TestLockCreatesOwnedLease(t *testing.T) {
 
 	g := NewWithT(t)
 	lease := getLease(g, ns, "billing")
-	owner := metav1.GetControllerOf(lease)
-	g.Expect(owner).NotTo(BeNil(), "lease has no controller owner reference")
-	g.Expect(owner.UID).To(Equal(lock.UID))
-	g.Expect(owner.Kind).To(Equal("DistributedLock"))
+	g.Expect(lease.Annotations).To(HaveKeyWithValue(locksv1alpha1.LockUIDAnnotation, string(lock.UID)), "the Lease is not tied to its lock")
+	g.Expect(lease.OwnerReferences).To(BeEmpty(), "no owner reference for the garbage collector to follow")
 	g.Expect(lease.Finalizers).To(ContainElement(locksv1alpha1.LeaseTokenFinalizer))
 	g.Expect(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)).To(BeEquivalentTo(20))
 	g.Expect(lease.Spec.HolderIdentity).To(BeNil())
@@ -64,7 +59,6 @@ func TestGrantShowsInStatusWithinASecond(t *testing.T) {
 		g.Expect(lock.Status.Holder).To(Equal("worker-a"))
 		g.Expect(lock.Status.FencingToken).To(BeEquivalentTo(token))
 		g.Expect(heldReason(lock)).To(Equal(locksv1alpha1.ReasonHeld))
-		g.Expect(lock.Status.ExpireTime).NotTo(BeNil())
 		g.Expect(lock.Status.AcquireTime).NotTo(BeNil())
 	})
 	t.Logf("status showed the grant %s after the Lease update", time.Since(granted).Round(time.Millisecond))
@@ -123,30 +117,46 @@ func TestExpiryThenTakeoverGetsHigherToken(t *testing.T) {
 	})
 }
 
-func TestRenewalsDoNotSpamEvents(t *testing.T) {
+// Renewals are written to the Lease only: the lock's status (and so its
+// resourceVersion) does not change, and no event is recorded. The
+// controller's expiry clock still sees every renewal: the grant lapses a
+// lease duration after the last one, not after the grant.
+func TestRenewalsWriteNoStatusButKeepTheGrantLive(t *testing.T) {
 	ns := newNamespace(t)
-	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(3).Obj())
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
 	ctx := context.Background()
+	g := NewWithT(t)
 	if _, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-a"); err != nil {
 		t.Fatal(err)
 	}
-	const renewals = 10
-	for range renewals {
-		time.Sleep(200 * time.Millisecond) // renew interval
-		if err := testutil.Renew(ctx, clientset, ns, "billing", "worker-a"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lease := getLease(NewWithT(t), ns, "billing")
+	var granted *locksv1alpha1.DistributedLock
 	eventually(t, 2*time.Second, func(g Gomega) {
-		lock := getLock(g, ns, "billing")
-		g.Expect(lock.Status.RenewTime.Equal(lease.Spec.RenewTime)).To(BeTrue(), "status caught up with the last renewal")
-		g.Expect(heldReason(lock)).To(Equal(locksv1alpha1.ReasonHeld))
+		granted = getLock(g, ns, "billing")
+		g.Expect(heldReason(granted)).To(Equal(locksv1alpha1.ReasonHeld))
 	})
-	reasons := eventReasons(NewWithT(t), ns, "billing")
-	if n := countOf(reasons, controllers.EventRenewed); n != 1 {
-		t.Errorf("%d renewals produced %d Renewed events (%v); want exactly 1", renewals, n, reasons)
+	eventsBefore := eventReasons(g, ns, "billing")
+
+	// Renew for three lease durations: the grant stays live throughout.
+	const renewals = 15
+	var lastRenewal time.Time
+	for range renewals {
+		time.Sleep(400 * time.Millisecond) // renew interval
+		lastRenewal = time.Now()           // the controller sees the renewal after it is sent
+		g.Expect(testutil.Renew(ctx, clientset, ns, "billing", "worker-a")).To(Succeed())
+		lock := getLock(g, ns, "billing")
+		g.Expect(heldReason(lock)).To(Equal(locksv1alpha1.ReasonHeld), "lapsed while renewing")
+		g.Expect(lock.ResourceVersion).To(Equal(granted.ResourceVersion), "a renewal wrote status")
 	}
+	g.Expect(eventReasons(g, ns, "billing")).To(Equal(eventsBefore), "renewals recorded events")
+
+	// Then silence: Expired about a lease duration after the last renewal.
+	eventually(t, 5*time.Second, func(g Gomega) {
+		g.Expect(heldReason(getLock(g, ns, "billing"))).To(Equal(locksv1alpha1.ReasonExpired))
+	})
+	g.Expect(time.Since(lastRenewal)).To(BeNumerically(">=", 2*time.Second), "expired before a lease duration after the last renewal")
+	lock := getLock(g, ns, "billing")
+	lease := getLease(g, ns, "billing")
+	g.Expect(lock.Status.RenewTime.Equal(lease.Spec.RenewTime)).To(BeTrue(), "the Expired status names the record that lapsed")
 }
 
 func TestLeaseRecreatedContinuesFromHighestToken(t *testing.T) {
@@ -258,7 +268,7 @@ func TestLeaseBehindTheFloorIsRaisedAndStaleGrantVoided(t *testing.T) {
 	g.Expect(next).To(BeEquivalentTo(6))
 }
 
-func TestExistingLeaseIsAdoptedWithoutDisturbingHolder(t *testing.T) {
+func TestExistingLeaseAdoptedWhileHeldKeepsItsHolder(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()
 	g := NewWithT(t)
@@ -275,9 +285,9 @@ func TestExistingLeaseIsAdoptedWithoutDisturbingHolder(t *testing.T) {
 	}
 	g.Expect(k8sClient.Create(ctx, lease)).To(Succeed())
 
-	lock := createReadyLock(t, testutil.MakeLock("legacy", ns).LeaseDuration(5).Obj())
+	lock := createReadyLock(t, testutil.MakeLock("legacy", ns).LeaseDuration(5).LeaseAdoption(locksv1alpha1.LeaseAdoptionWhileHeld).Obj())
 	adopted := getLease(g, ns, "legacy")
-	g.Expect(metav1.IsControlledBy(adopted, lock)).To(BeTrue())
+	g.Expect(adopted.Annotations).To(HaveKeyWithValue(locksv1alpha1.LockUIDAnnotation, string(lock.UID)))
 	g.Expect(adopted.Finalizers).To(ContainElement(locksv1alpha1.LeaseTokenFinalizer))
 	g.Expect(ptr.Deref(adopted.Spec.HolderIdentity, "")).To(Equal("old-timer"))
 	g.Expect(ptr.Deref(adopted.Spec.LeaseTransitions, 0)).To(BeEquivalentTo(3))
@@ -307,36 +317,5 @@ func TestLeaseControlledByAnotherLockIsNotTaken(t *testing.T) {
 		)))
 	})
 	lease := getLease(g, ns, "shared")
-	g.Expect(metav1.GetControllerOf(lease).Name).To(Equal("first"))
-}
-
-func TestDeletingLockDeletesLease(t *testing.T) {
-	ns := newNamespace(t)
-	lock := createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
-	ctx := context.Background()
-	if _, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-a"); err != nil {
-		t.Fatal(err)
-	}
-	g := NewWithT(t)
-	g.Expect(k8sClient.Delete(ctx, lock)).To(Succeed())
-	eventually(t, 5*time.Second, func(g Gomega) {
-		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(lock), lock)
-		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "lock still exists: %v", err)
-		err = k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "billing"}, &coordinationv1.Lease{})
-		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "lease still exists: %v", err)
-	})
-}
-
-func TestControllerKeepsFinalizerOffForeignLeases(t *testing.T) {
-	// A Lease nobody's lock points at is left untouched.
-	ns := newNamespace(t)
-	ctx := context.Background()
-	g := NewWithT(t)
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", Namespace: ns},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("someone")}}
-	g.Expect(k8sClient.Create(ctx, lease)).To(Succeed())
-	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
-	got := getLease(g, ns, "unrelated")
-	g.Expect(controllerutil.ContainsFinalizer(got, locksv1alpha1.LeaseTokenFinalizer)).To(BeFalse())
-	g.Expect(got.OwnerReferences).To(BeEmpty())
+	g.Expect(lease.Annotations[locksv1alpha1.LockUIDAnnotation]).To(Equal(string(getLock(g, ns, "first").UID)))
 }

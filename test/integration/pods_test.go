@@ -9,8 +9,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,11 +22,25 @@ import (
 
 func createPod(t *testing.T, ns, name string, labels map[string]string, ready bool) *corev1.Pod {
 	t.Helper()
+	return createPodWith(t, ns, name, labels, nil, ready)
+}
+
+// createPodWith creates a pod with annotations too (such as the
+// locks.frontdesk.dev/may-hold opt-in to holder marks).
+func createPodWith(t *testing.T, ns, name string, labels, annotations map[string]string, ready bool) *corev1.Pod {
+	t.Helper()
 	g := NewWithT(t)
 	pod := testutil.MakePod(name, ns, labels)
+	pod.Annotations = annotations
 	g.Expect(k8sClient.Create(context.Background(), pod)).To(Succeed())
 	setReady(t, pod, ready)
 	return pod
+}
+
+// mayHold is the annotation by which a pod consents to be marked as the
+// holder of the named locks.
+func mayHold(locks string) map[string]string {
+	return map[string]string{locksv1alpha1.MayHoldAnnotation: locks}
 }
 
 func setReady(t *testing.T, pod *corev1.Pod, ready bool) {
@@ -69,15 +81,21 @@ func expectMarked(g Gomega, ns, lockName, holder string, token int64, pods ...st
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
+// podIdentity is the identity the library builds for a pod from the
+// downward API ($POD_NAME, $POD_UID).
+func podIdentity(pod *corev1.Pod, suffix string) string {
+	return locksv1alpha1.PodIdentity(pod.Name, string(pod.UID), suffix)
+}
+
 func TestHolderPodIsAnnotatedAndLabelled(t *testing.T) {
 	ns := newNamespace(t)
-	createPod(t, ns, "app-0", nil, true)
-	createPod(t, ns, "app-1", nil, true)
+	app0 := createPodWith(t, ns, "app-0", nil, mayHold("billing"), true)
+	app1 := createPodWith(t, ns, "app-1", nil, mayHold("payments, billing"), true)
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
 	g := NewWithT(t)
 	ctx := context.Background()
 
-	g0, err := newLockClient(t, ns, "billing", "app-0_aaaa").Acquire(ctx)
+	g0, err := newLockClient(t, ns, "billing", podIdentity(app0, "aaaa")).Acquire(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	eventually(t, 3*time.Second, func(g Gomega) {
 		expectMarked(g, ns, "billing", "app-0", g0.Token(), "app-0", "app-1")
@@ -85,22 +103,78 @@ func TestHolderPodIsAnnotatedAndLabelled(t *testing.T) {
 	})
 
 	g.Expect(g0.Release(ctx)).To(Succeed())
-	g1, err := newLockClient(t, ns, "billing", "app-1_bbbb", func(c *lock.Config) { c.RenewInterval = time.Hour }).Acquire(ctx)
+	g1, err := newLockClient(t, ns, "billing", podIdentity(app1, "bbbb"), func(c *lock.Config) { c.RenewInterval = time.Hour }).Acquire(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	eventually(t, 3*time.Second, func(g Gomega) {
 		expectMarked(g, ns, "billing", "app-1", g1.Token(), "app-0", "app-1")
 	})
 
-	// app-1 stops renewing: once the lease lapses, no pod is marked.
+	// app-1 stops renewing: once its grant lapses (its client then
+	// releases the Lease it no longer uses), no pod is marked.
 	eventually(t, 6*time.Second, func(g Gomega) {
-		g.Expect(heldReason(getLock(g, ns, "billing"))).To(Equal(locksv1alpha1.ReasonExpired))
+		g.Expect(heldReason(getLock(g, ns, "billing"))).To(BeElementOf(locksv1alpha1.ReasonExpired, locksv1alpha1.ReasonNotHeld))
 		expectMarked(g, ns, "billing", "", 0, "app-0", "app-1")
 		g.Expect(getLock(g, ns, "billing").Status.HolderPod).To(BeEmpty())
 	})
 }
 
-func TestCandidatesModeHandsOffBetweenReadyPods(t *testing.T) {
+// A workload that may use locks cannot have a pod it does not run marked as
+// a lock's holder (and so routed to by a Service selecting the holder
+// label) by holding the lock under an identity that names the pod: the
+// controller marks a pod only when the identity carries its UID and the pod
+// itself consents (locks.frontdesk.dev/may-hold lists the lock). A UID is
+// no secret: holder identities in status show them; here the intruder even
+// uses the victim's real UID. Before, any identity "victim_..." marked pod
+// victim.
+func TestLockUserCannotHaveAPodItDoesNotRunMarked(t *testing.T) {
 	ns := newNamespace(t)
+	ctx := context.Background()
+	g := NewWithT(t)
+	victim := createPodWith(t, ns, "victim", map[string]string{"app": "payments"}, mayHold("payments"), true)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
+	user := lockUserConfig(t, ns, "intruder")
+
+	// The lock user cannot read pods; it could still learn a UID from a
+	// holder identity shown in some lock's status.
+	can, err := canI(ctx, user, ns, "get", "pods")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(can).To(BeFalse(), "frontdesk-lock-user may read pods")
+
+	for _, forged := range []string{"victim", "victim_1234", podIdentity(victim, "x")} {
+		c, err := lock.New(user, lock.Config{Namespace: ns, Name: "billing", Identity: forged})
+		g.Expect(err).NotTo(HaveOccurred())
+		gr, err := c.TryAcquire(ctx)
+		g.Expect(err).NotTo(HaveOccurred(), "identity %q", forged)
+		eventually(t, 2*time.Second, func(g Gomega) {
+			lk := getLock(g, ns, "billing")
+			g.Expect(lk.Status.Holder).To(Equal(forged))
+			g.Expect(heldReason(lk)).To(Equal(locksv1alpha1.ReasonHeld))
+		})
+		// Give the controller time to (wrongly) mark; then check it did not.
+		NewWithT(t).Consistently(func(g Gomega) {
+			expectMarked(g, ns, "billing", "", 0, "victim")
+			g.Expect(getLock(g, ns, "billing").Status.HolderPod).To(BeEmpty())
+		}).WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+		g.Expect(gr.Release(ctx)).To(Succeed())
+	}
+
+	// A pod that consents, held under its own identity, is marked.
+	willing := createPodWith(t, ns, "willing", nil, mayHold("billing"), true)
+	gr, err := newLockClient(t, ns, "billing", podIdentity(willing, "self")).TryAcquire(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	eventually(t, 3*time.Second, func(g Gomega) { expectMarked(g, ns, "billing", "willing", gr.Token(), "willing", "victim") })
+}
+
+// Candidates mode revokes first and grants later: when the holder pod stops
+// being eligible its marks go at once, and the next candidate is granted
+// only once the old pod is gone or the hand-off delay (by default one lease
+// duration) has passed since the revocation. Events say which ended the
+// wait. Before, the next pod was granted in the same pass, while the old
+// one, which has no grant Context, still believed it led.
+func TestCandidatesModeRevokesThenHandsOff(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	g := NewWithT(t)
 	web := map[string]string{"app": "web"}
 	c0 := createPod(t, ns, "c-0", web, true)
 	c1 := createPod(t, ns, "c-1", web, true)
@@ -108,10 +182,8 @@ func TestCandidatesModeHandsOffBetweenReadyPods(t *testing.T) {
 	createPod(t, ns, "other", map[string]string{"app": "db"}, true)
 	present := []string{"c-0", "c-1", "c-2", "other"}
 
-	l := testutil.MakeLock("leader", ns).LeaseDuration(2).Obj()
-	l.Spec.Candidates = &locksv1alpha1.CandidatesSpec{PodSelector: metav1.LabelSelector{MatchLabels: web}}
-	createReadyLock(t, l)
-
+	const lease = 2 * time.Second
+	createReadyLock(t, testutil.MakeLock("leader", ns).LeaseDuration(2).Candidates(web).Obj())
 	holderIs := func(pod string, token int64) func(g Gomega) {
 		return func(g Gomega) {
 			lk := getLock(g, ns, "leader")
@@ -121,34 +193,85 @@ func TestCandidatesModeHandsOffBetweenReadyPods(t *testing.T) {
 			expectMarked(g, ns, "leader", pod, token, present...)
 		}
 	}
+	revokedFrom := func(pod string) func(g Gomega) {
+		return func(g Gomega) {
+			lk := getLock(g, ns, "leader")
+			g.Expect(heldReason(lk)).To(Equal(locksv1alpha1.ReasonRevoked))
+			g.Expect(locksv1alpha1.PodNameOf(lk.Status.Holder)).To(Equal(pod))
+			expectMarked(g, ns, "leader", "", 0, present...)
+		}
+	}
+	// handOffGap is the time between the revocation and the next grant,
+	// both written by the controller into the Lease.
+	handOffGap := func(revokedAt time.Time) time.Duration {
+		l := getLease(g, ns, "leader")
+		return l.Spec.AcquireTime.Time.Sub(revokedAt)
+	}
+	revocationTime := func() time.Time {
+		l := getLease(g, ns, "leader")
+		g.Expect(l.Annotations).To(HaveKey(locksv1alpha1.RevokedAnnotation))
+		return l.Spec.RenewTime.Time
+	}
 	eventually(t, 3*time.Second, holderIs("c-0", 1)) // the oldest Ready candidate (same second: by name)
 
+	// NotReady: revoked at once, handed off after the delay.
 	setReady(t, c0, false)
-	eventually(t, 3*time.Second, holderIs("c-1", 2))
+	eventually(t, time.Second, revokedFrom("c-0"))
+	revokedAt := revocationTime()
+	eventually(t, 4*time.Second, holderIs("c-1", 2))
+	g.Expect(handOffGap(revokedAt)).To(BeNumerically(">=", lease), "handed off before the delay")
+	g.Expect(eventMessages(g, ns, "leader", controllers.EventHandedOff)).To(ContainElement(ContainSubstring("hand-off delay (2s) passed")))
 
-	g := NewWithT(t)
-	g.Expect(k8sClient.Delete(context.Background(), c1)).To(Succeed())
+	// Terminating (a finalizer keeps it, as a kubelet grace period would):
+	// not gone, so the delay still applies.
+	c1 = getPod(g, ns, "c-1")
+	c1.Finalizers = append(c1.Finalizers, "test.frontdesk.dev/linger")
+	g.Expect(k8sClient.Update(ctx, c1)).To(Succeed())
+	g.Expect(k8sClient.Delete(ctx, c1)).To(Succeed())
+	eventually(t, time.Second, revokedFrom("c-1"))
+	revokedAt = revocationTime()
+	eventually(t, 4*time.Second, holderIs("c-2", 3))
+	g.Expect(handOffGap(revokedAt)).To(BeNumerically(">=", lease), "a terminating pod is not gone")
+	c1 = getPod(g, ns, "c-1")
+	c1.Finalizers = nil
+	g.Expect(k8sClient.Update(ctx, c1)).To(Succeed())
 	present = []string{"c-0", "c-2", "other"}
-	eventually(t, 3*time.Second, holderIs("c-2", 3))
 
-	// c-0 is Ready again, but the holder keeps the lock while it stays
-	// Ready: the controller renews it past several lease durations.
+	// The holder pod deleted outright: gone, so the hand-off needs no delay.
 	setReady(t, c0, true)
-	NewWithT(t).Consistently(holderIs("c-2", 3)).WithTimeout(5 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	g.Expect(k8sClient.Delete(ctx, c2)).To(Succeed())
+	present = []string{"c-0", "other"}
+	eventually(t, time.Second, holderIs("c-0", 4))
+	g.Expect(eventMessages(g, ns, "leader", controllers.EventHandedOff)).To(ContainElement(ContainSubstring("pod c-2 is gone")))
 
-	setReady(t, c2, false)
-	eventually(t, 3*time.Second, holderIs("c-0", 4))
-
+	// The last candidate leaves: released after the delay, nobody marked.
 	setReady(t, c0, false)
-	eventually(t, 3*time.Second, func(g Gomega) {
+	eventually(t, 4*time.Second, func(g Gomega) {
 		lk := getLock(g, ns, "leader")
 		g.Expect(lk.Status.Holder).To(BeEmpty())
 		g.Expect(lk.Status.FencingToken).To(BeEquivalentTo(4))
-		expectMarked(g, ns, "leader", "", 0, "c-0", "c-2", "other")
-		g.Expect(eventReasons(g, ns, "leader")).To(ContainElements(controllers.EventHandedOff, controllers.EventCandidateGone))
+		expectMarked(g, ns, "leader", "", 0, present...)
+		g.Expect(eventReasons(g, ns, "leader")).To(ContainElements(controllers.EventRevoked, controllers.EventCandidateGone))
 	})
-	err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(c1), &corev1.Pod{})
-	g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+}
+
+// spec.candidates.handOffDelaySeconds shortens the wait for users who
+// accept the risk: 0 hands off in the pass after the revocation.
+func TestCandidatesHandOffDelayIsConfigurable(t *testing.T) {
+	ns := newNamespace(t)
+	web := map[string]string{"app": "web"}
+	c0 := createPod(t, ns, "c-0", web, true)
+	createPod(t, ns, "c-1", web, true)
+	createReadyLock(t, testutil.MakeLock("leader", ns).LeaseDuration(30).Candidates(web).HandOffDelay(0).Obj())
+	eventually(t, 3*time.Second, func(g Gomega) {
+		g.Expect(getLock(g, ns, "leader").Status.HolderPod).To(Equal("c-0"))
+	})
+	setReady(t, c0, false)
+	eventually(t, 3*time.Second, func(g Gomega) {
+		lk := getLock(g, ns, "leader")
+		g.Expect(lk.Status.HolderPod).To(Equal("c-1"), "with no delay the hand-off does not wait the 30s lease")
+		g.Expect(lk.Status.FencingToken).To(BeEquivalentTo(2))
+	})
 }
 
 // The shipped samples are accepted as they are, and the downward-API pod
@@ -175,5 +298,25 @@ func TestCandidateSamplesElectTheDownwardAPIPod(t *testing.T) {
 		g.Expect(k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web-leader"}, svc)).To(Succeed())
 		g.Expect(labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(getPod(g, ns, "web-0").Labels))).To(BeTrue(),
 			"the Service selects the leader pod")
+	})
+}
+
+// The manager watches only participant pods (locks.frontdesk.dev/participant
+// =true): a pod the selector picks but that does not take part is neither
+// elected in candidates mode nor marked, and a participant is.
+func TestOnlyParticipantPodsAreCandidates(t *testing.T) {
+	ns := newNamespace(t)
+	g := NewWithT(t)
+	web := map[string]string{"app": "web"}
+	outsider := testutil.MakePod("a-outsider", ns, web) // the oldest, first by name
+	delete(outsider.Labels, locksv1alpha1.ParticipantLabel)
+	g.Expect(k8sClient.Create(context.Background(), outsider)).To(Succeed())
+	setReady(t, outsider, true)
+	createPod(t, ns, "b-member", web, true)
+	createReadyLock(t, testutil.MakeLock("leader", ns).LeaseDuration(2).Candidates(web).Obj())
+	eventually(t, 3*time.Second, func(g Gomega) {
+		lk := getLock(g, ns, "leader")
+		g.Expect(lk.Status.HolderPod).To(Equal("b-member"))
+		expectMarked(g, ns, "leader", "b-member", lk.Status.FencingToken, "a-outsider", "b-member")
 	})
 }

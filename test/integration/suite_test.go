@@ -43,6 +43,10 @@ func TestMain(m *testing.M) {
 		// Re-executed by a test as a separate lock-holding process.
 		os.Exit(runWorker())
 	}
+	if os.Getenv(leaderWorkerEnv) != "" {
+		// Re-executed as an operator process electing its leader.
+		os.Exit(runLeaderWorker())
+	}
 	os.Exit(run(m))
 }
 
@@ -84,31 +88,69 @@ func run(m *testing.M) int {
 		return 1
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	opts := manager.DefaultOptions()
 	if metricsAddr, err = freeLocalAddress(); err != nil {
-		cancel()
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	opts.MetricsBindAddress = metricsAddr
-	opts.SecureMetrics = false
-	opts.HealthProbeBindAddress = "0"
-	mgr, err := manager.New(ctx, cfg, opts)
-	if err != nil {
-		cancel()
+	if err := startManager(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	stopped := make(chan error, 1)
-	go func() { stopped <- mgr.Start(ctx) }()
 	defer func() {
-		cancel()
-		if err := <-stopped; err != nil {
+		if err := stopRunningManager(); err != nil {
 			fmt.Fprintln(os.Stderr, "manager:", err)
 		}
 	}()
 	return m.Run()
+}
+
+// running is the manager under test, while it runs.
+var running struct {
+	cancel  context.CancelFunc
+	stopped chan error
+}
+
+// startManager starts the real frontdesk manager in this process.
+func startManager() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	opts := manager.DefaultOptions()
+	opts.MetricsBindAddress = metricsAddr
+	opts.SecureMetrics = false
+	opts.HealthProbeBindAddress = "0"
+	opts.AllowSeveralInProcess = true // restarted by tests that need it down
+	mgr, err := manager.New(ctx, cfg, opts)
+	if err != nil {
+		cancel()
+		return err
+	}
+	running.cancel, running.stopped = cancel, make(chan error, 1)
+	go func() { running.stopped <- mgr.Start(ctx) }()
+	return nil
+}
+
+// stopRunningManager stops the manager and waits until it has.
+func stopRunningManager() error {
+	if running.cancel == nil {
+		return nil
+	}
+	running.cancel()
+	err := <-running.stopped
+	running.cancel = nil
+	return err
+}
+
+// withManagerStopped stops the manager for the rest of the test and starts
+// a fresh one (empty memory, like a restarted process) when it ends.
+func withManagerStopped(t *testing.T) {
+	t.Helper()
+	if err := stopRunningManager(); err != nil {
+		t.Fatalf("stopping the manager: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := startManager(); err != nil {
+			t.Fatalf("restarting the manager: %v", err)
+		}
+	})
 }
 
 // freeLocalAddress returns a loopback address with a port free right now.

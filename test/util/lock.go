@@ -48,3 +48,25 @@ func (b *LockBuilder) Status(st locksv1alpha1.DistributedLockStatus) *LockBuilde
 func (b *LockBuilder) Obj() *locksv1alpha1.DistributedLock {
 	return b.lock.DeepCopy()
 }
+
+// Candidates turns on candidates mode for pods with the given labels.
+func (b *LockBuilder) Candidates(matchLabels map[string]string) *LockBuilder {
+	sel := locksv1alpha1.PodSelector{MatchLabels: map[string]locksv1alpha1.LabelValue{}}
+	for k, v := range matchLabels {
+		sel.MatchLabels[k] = locksv1alpha1.LabelValue(v)
+	}
+	b.lock.Spec.Candidates = &locksv1alpha1.CandidatesSpec{PodSelector: sel}
+	return b
+}
+
+// HandOffDelay sets spec.candidates.handOffDelaySeconds (call after Candidates).
+func (b *LockBuilder) HandOffDelay(seconds int32) *LockBuilder {
+	b.lock.Spec.Candidates.HandOffDelaySeconds = &seconds
+	return b
+}
+
+// LeaseAdoption sets spec.leaseAdoption.
+func (b *LockBuilder) LeaseAdoption(a locksv1alpha1.LeaseAdoption) *LockBuilder {
+	b.lock.Spec.LeaseAdoption = a
+	return b
+}

@@ -3,13 +3,20 @@ package util
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
-// MakePod returns a minimal pod with the given labels. No kubelet runs in
-// the tests: drive its status with SetPodReady.
+// MakePod returns a minimal pod with the given labels, a participant
+// (locks.frontdesk.dev/participant=true: the pods frontdesk watches). No
+// kubelet runs in the tests: drive its status with SetPodReady.
 func MakePod(name, namespace string, labels map[string]string) *corev1.Pod {
+	all := map[string]string{locksv1alpha1.ParticipantLabel: "true"}
+	for k, v := range labels {
+		all[k] = v
+	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: all},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app:1"}}},
 	}
 }

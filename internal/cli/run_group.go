@@ -1,0 +1,178 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// WatchdogArg, as the only argument, makes kubectl-lock the watchdog of the
+// command that kubectl lock run holds a lock for: a program that calls Main
+// must call RunWatchdog instead when started with it, as cmd/kubectl-lock
+// does. It is not meant to be typed.
+const WatchdogArg = "__run-watchdog"
+
+// watchdogReady is what the watchdog writes once it ignores signals.
+const watchdogReady = "ok\n"
+
+// processGroup is the process group a command runs in. Its leader is a
+// watchdog process (this binary again, in WatchdogArg mode) that holds the
+// read end of a pipe whose write end only kubectl lock run holds. When that
+// end closes, because kubectl lock run exited or was killed, even by
+// SIGKILL, the watchdog SIGKILLs the whole group, itself included. The
+// group ID is the watchdog's pid, known before the command starts; and
+// while the watchdog is unreaped, that ID cannot be reused.
+type processGroup struct {
+	pgid     int
+	watchdog *os.Process
+	// lifeline is the write end of the watchdog's pipe.
+	lifeline *os.File
+}
+
+// startProcessGroup starts the watchdog and waits until it is ready: it
+// leads its own group and ignores the signals that are forwarded to the
+// group.
+func startProcessGroup(stderr io.Writer) (*processGroup, error) {
+	self, err := selfExecutable()
+	if err != nil {
+		return nil, fmt.Errorf("starting the watchdog: finding this executable: %w", err)
+	}
+	lifeR, lifeW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("starting the watchdog: %w", err)
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		lifeR.Close()
+		lifeW.Close()
+		return nil, fmt.Errorf("starting the watchdog: %w", err)
+	}
+	defer readyR.Close()
+	errFile, _ := stderr.(*os.File)
+	p, err := os.StartProcess(self, []string{os.Args[0], WatchdogArg}, &os.ProcAttr{
+		Dir:   "/",
+		Files: []*os.File{lifeR, readyW, errFile},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	})
+	lifeR.Close()
+	readyW.Close()
+	if err != nil {
+		lifeW.Close()
+		return nil, fmt.Errorf("starting the watchdog %s: %w", self, err)
+	}
+	grp := &processGroup{pgid: p.Pid, watchdog: p, lifeline: lifeW}
+	_ = readyR.SetReadDeadline(time.Now().Add(30 * time.Second))
+	buf := make([]byte, len(watchdogReady))
+	if _, err := io.ReadFull(readyR, buf); err != nil || string(buf) != watchdogReady {
+		_ = grp.reap(5 * time.Second)
+		return nil, fmt.Errorf("starting the watchdog %s: it did not report ready: %v", self, err)
+	}
+	return grp, nil
+}
+
+// RunWatchdog is the watchdog's main (see processGroup): it ignores the
+// signals kubectl lock run forwards to the group, reports ready on stdout,
+// waits for EOF on stdin, then SIGKILLs its process group.
+func RunWatchdog() int {
+	ignored := []os.Signal{syscall.SIGPIPE, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}
+	signal.Ignore(append(ignored, forwardedSignals...)...)
+	if syscall.Getpgrp() != os.Getpid() {
+		// Run by hand: the group is not ours to kill.
+		fmt.Fprintln(os.Stderr, "kubectl-lock: "+WatchdogArg+" is started by kubectl lock run as the leader of its command's process group")
+		return 2
+	}
+	if _, err := os.Stdout.WriteString(watchdogReady); err != nil {
+		return 2
+	}
+	os.Stdout.Close()
+	// Returns at EOF: kubectl lock run closed the pipe or died. Any error
+	// ends the watch the same way.
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = syscall.Kill(0, syscall.SIGKILL)
+	return 1 // not reached: SIGKILL includes this process
+}
+
+// start starts cmd in the group, from a goroutine locked to its OS thread
+// until cmd is reaped: cmd gets SIGKILL if that thread (Pdeathsig: the
+// parent is the forking thread, not the process) or the process dies.
+// exited receives what cmd.Wait returns.
+func (grp *processGroup) start(cmd *exec.Cmd) (exited <-chan error, err error) {
+	cmd.SysProcAttr = groupMemberAttr(grp.pgid)
+	started := make(chan error, 1)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		done <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return done, nil
+}
+
+// signal sends sig to every process in the group. The watchdog ignores
+// all but SIGKILL.
+func (grp *processGroup) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-grp.pgid, sig)
+}
+
+// kill SIGKILLs every process in the group.
+func (grp *processGroup) kill() { grp.signal(syscall.SIGKILL) }
+
+// reap SIGKILLs the group and waits, up to timeout, until no process of it
+// is left: it reaps those that are this process's children (the watchdog,
+// and processes orphaned by the command, which a child subreaper inherits)
+// and waits for the others to be reaped by their parents. Call it only
+// after the command itself was reaped by its exec.Cmd.Wait: the wait here
+// is for any child in the group, and must not take the command's status
+// from it.
+func (grp *processGroup) reap(timeout time.Duration) error {
+	done := make(chan struct{})
+	go func() {
+		grp.reapAll()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		return fmt.Errorf("processes of group %d are still there %s after SIGKILL", grp.pgid, timeout)
+	}
+	grp.lifeline.Close()
+	_ = grp.watchdog.Release()
+	return nil
+}
+
+func (grp *processGroup) reapAll() {
+	for {
+		grp.kill()
+		for {
+			var ws syscall.WaitStatus
+			_, err := syscall.Wait4(-grp.pgid, &ws, 0, nil)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if err != nil { // ECHILD: no child of ours is left in the group
+				break
+			}
+		}
+		if err := syscall.Kill(-grp.pgid, 0); errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		// A member whose parent is another member, dying of the same
+		// SIGKILL (its orphans come to us next), or a process outside the
+		// group that will reap it: give them a moment.
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,444 @@
+// Package leaderelection gives a client-go or controller-runtime leader its
+// fencing token.
+//
+// client-go's tools/leaderelection raises a Lease's spec.leaseTransitions on
+// every change of leader and keeps it on renewals, so when a frontdesk
+// DistributedLock backs that Lease, leaseTransitions is the leader's fencing
+// token. Lock is a resourcelock.Interface that wraps client-go's own
+// resourcelock.LeaseLock: it lets client-go run the election unchanged and
+// remembers, from the apiserver's answer to the write that made this
+// process leader, the token of the current leadership Term.
+//
+//	lk, err := leaderelection.NewForConfig(restConfig, leaderelection.Config{
+//		Namespace: "my-operator-system", Name: "my-operator-lock", // --leader-election-id
+//	})
+//	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+//		LeaderElection: true, LeaderElectionID: "my-operator-lock",
+//		LeaderElectionResourceLockInterface: lk,
+//	})
+//	...
+//	term := lk.Term()          // nil when this process does not lead
+//	write(term.Context(), term.Token())
+//
+// See docs/leader-election.md for the whole recipe.
+package leaderelection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/clock"
+
+	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+)
+
+var (
+	// ErrNotLeader is the cause of the Context returned while this process
+	// has no live Term.
+	ErrNotLeader = errors.New("not the leader")
+	// ErrLost is the cause of a Term's Context when it ended without a
+	// release: its safe window ran out, another holder or another token
+	// showed up on the Lease, client-go stopped leading, or the Lease is
+	// being deleted.
+	ErrLost = errors.New("leadership lost")
+	// ErrReleased is the cause of a Term's Context when client-go released
+	// the Lease (ReleaseOnCancel).
+	ErrReleased = errors.New("leadership released")
+)
+
+// stoppedLeading is what client-go's LeaderElector records on its lock when
+// its renew loop ends (RenewDeadline passed without a renewal, or its
+// context ended).
+const stoppedLeading = "stopped leading"
+
+// Config names the election Lease and tunes the Lock.
+type Config struct {
+	// Namespace of the election Lease (controller-runtime's
+	// LeaderElectionNamespace).
+	Namespace string
+	// Name of the election Lease (controller-runtime's LeaderElectionID).
+	// Declare a DistributedLock over it (spec.leaseName).
+	Name string
+	// Identity this process leads as. It must be unique per process
+	// incarnation. Default: lock.DefaultIdentity(), which names the pod
+	// (and its UID) when $POD_NAME and $POD_UID are set, so frontdesk marks
+	// the leader's pod.
+	Identity string
+	// EventRecorder, optional, records client-go's "became leader" and
+	// "stopped leading" on the Lease.
+	EventRecorder resourcelock.EventRecorder
+	// Labels, optional, are set on the Lease by whoever becomes leader (as
+	// resourcelock.NewWithLabels does).
+	Labels map[string]string
+	// SafetyMargin is how much earlier than the lease duration, counted from
+	// the start of the last successful write, a Term's Context ends.
+	// Default: 2% of the lease duration plus 100ms, as in pkg/lock.
+	SafetyMargin time.Duration
+	// RenewDeadline is the elector's RenewDeadline. NewForConfig bounds each
+	// request by half of it, at least 1s, as client-go's
+	// resourcelock.NewFromKubeconfig does. Default: 10s (controller-runtime's
+	// default).
+	RenewDeadline time.Duration
+	// Clock is the local clock. Default: the real one (monotonic).
+	Clock clock.WithDelayedExecution
+}
+
+// Lock is a resourcelock.Interface over a coordination.k8s.io/v1 Lease that
+// knows the fencing token of this process's leadership. Pass it to
+// client-go's LeaderElectionConfig.Lock or to controller-runtime's
+// Options.LeaderElectionResourceLockInterface. It delegates every call to
+// client-go's resourcelock.LeaseLock and only watches the answers; it
+// refuses two writes (see Create and Update).
+type Lock struct {
+	inner *resourcelock.LeaseLock
+	cfg   Config
+	desc  string
+
+	// calls serializes Get, Create and Update, so each answer is matched to
+	// its call (client-go makes them one at a time anyway).
+	calls sync.Mutex
+
+	mu sync.Mutex
+	// term is the live Term, or nil.
+	term *Term
+	// started is closed when a Term begins, and then replaced.
+	started chan struct{}
+	// answer is the Lease the apiserver answered the call in progress with.
+	answer *coordinationv1.Lease
+	// last is the last Lease the apiserver answered with.
+	last *coordinationv1.Lease
+}
+
+var _ resourcelock.Interface = (*Lock)(nil)
+
+// NewForConfig builds a Lock with a client of its own, each request bounded
+// by max(1s, RenewDeadline/2).
+func NewForConfig(rc *rest.Config, cfg Config) (*Lock, error) {
+	rd := cfg.RenewDeadline
+	if rd <= 0 {
+		rd = 10 * time.Second
+	}
+	c := rest.CopyConfig(rc)
+	c.Timeout = max(time.Second, rd/2)
+	cs, err := kubernetes.NewForConfig(rest.AddUserAgent(c, "leader-election"))
+	if err != nil {
+		return nil, fmt.Errorf("building the leader election client: %w", err)
+	}
+	return New(cs.CoordinationV1(), cfg)
+}
+
+// New builds a Lock that reaches the Lease through leases. Give the client
+// a request timeout shorter than the RenewDeadline (NewForConfig does).
+func New(leases coordinationclient.LeasesGetter, cfg Config) (*Lock, error) {
+	if cfg.Namespace == "" || cfg.Name == "" {
+		return nil, errors.New("leaderelection: Config.Namespace and Config.Name (the election Lease) are required")
+	}
+	if cfg.Identity == "" {
+		cfg.Identity = lock.DefaultIdentity()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	l := &Lock{cfg: cfg, desc: cfg.Namespace + "/" + cfg.Name, started: make(chan struct{})}
+	l.inner = &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
+		Client:     answeredLeases{LeasesGetter: leases, lock: l},
+		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity, EventRecorder: cfg.EventRecorder},
+		Labels:     cfg.Labels,
+	}
+	return l, nil
+}
+
+// Term is the current leadership Term: nil while this process does not
+// lead. Token and Context of one Term belong together; a process that leads
+// again (client-go's Run called anew, a renewal that lands after the
+// previous Term's window ran out, a token raised under the holder) gets a
+// new Term.
+func (l *Lock) Term() *Term {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.term
+}
+
+// Token is the fencing token of the current Term, and false when there is
+// none. Prefer Term() when you also need its Context.
+func (l *Lock) Token() (int64, bool) {
+	if t := l.Term(); t != nil {
+		return t.Token(), true
+	}
+	return 0, false
+}
+
+// Context is the current Term's Context, or, when there is none, a Context
+// that is already cancelled with cause ErrNotLeader.
+func (l *Lock) Context() context.Context {
+	if t := l.Term(); t != nil {
+		return t.Context()
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(fmt.Errorf("%w of %s", ErrNotLeader, l.desc))
+	return ctx
+}
+
+// WaitForTerm blocks until this process leads (a live Term) or ctx ends.
+func (l *Lock) WaitForTerm(ctx context.Context) (*Term, error) {
+	for {
+		l.mu.Lock()
+		t, started := l.term, l.started
+		l.mu.Unlock()
+		if t != nil {
+			return t, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-started:
+		}
+	}
+}
+
+// Get reads the Lease. A record that names another holder, or another
+// token, than the live Term ends that Term; so does a Lease that is gone or
+// being deleted.
+func (l *Lock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	l.calls.Lock()
+	defer l.calls.Unlock()
+	l.beginCall()
+	rec, raw, err := l.inner.Get(ctx)
+	answer := l.endCall()
+	switch {
+	case apierrors.IsNotFound(err):
+		l.endTerm(fmt.Errorf("%w: Lease %s not found", ErrLost, l.desc))
+	case err == nil:
+		holder, token, _ := recordOf(rec, answer)
+		switch {
+		case answer != nil && answer.DeletionTimestamp != nil:
+			l.endTerm(fmt.Errorf("%w: Lease %s is being deleted", ErrLost, l.desc))
+		case holder != l.cfg.Identity:
+			l.endTerm(fmt.Errorf("%w: Lease %s is held by %q (fencing token %d)", ErrLost, l.desc, holder, token))
+		default:
+			l.mu.Lock()
+			if t := l.term; t != nil && t.token != token {
+				l.endTermLocked(t, fmt.Errorf("%w: Lease %s names this process with fencing token %d, not %d", ErrLost, l.desc, token, t.token))
+			}
+			l.mu.Unlock()
+		}
+	}
+	return rec, raw, err
+}
+
+// Create creates the Lease with client-go's record. It refuses to create a
+// Lease this Lock has seen before: that Lease was deleted, and client-go
+// would start its tokens over from 0; frontdesk's controller recreates it
+// from the lock's token floor.
+func (l *Lock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	l.calls.Lock()
+	defer l.calls.Unlock()
+	l.mu.Lock()
+	seen := l.last
+	l.mu.Unlock()
+	if seen != nil {
+		return fmt.Errorf("not creating Lease %s: it existed (fencing token %d) and was deleted; a new one would start the "+
+			"fencing tokens over, frontdesk's controller recreates it from the lock's token floor", l.desc, leaseToken(seen))
+	}
+	start := l.cfg.Clock.Now()
+	l.beginCall()
+	err := l.inner.Create(ctx, ler)
+	answer := l.endCall()
+	if err != nil {
+		return err
+	}
+	l.wrote(&ler, answer, start)
+	return nil
+}
+
+// Update writes client-go's record. A record that does not name this
+// process (client-go releasing the Lease) ends the live Term before it is
+// sent. A renewal of a Lease that is being deleted is refused, so that
+// frontdesk's controller sees the holder lapse, records its last token and
+// recreates the Lease.
+func (l *Lock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	l.calls.Lock()
+	defer l.calls.Unlock()
+	if ler.HolderIdentity != l.cfg.Identity {
+		l.endTerm(fmt.Errorf("%w: this process released Lease %s", ErrReleased, l.desc))
+	}
+	l.mu.Lock()
+	last := l.last
+	l.mu.Unlock()
+	if last != nil && last.DeletionTimestamp != nil && ler.HolderIdentity != "" {
+		return fmt.Errorf("not writing Lease %s: it is being deleted (frontdesk's controller recreates it from the lock's token floor)", l.desc)
+	}
+	start := l.cfg.Clock.Now()
+	l.beginCall()
+	err := l.inner.Update(ctx, ler)
+	answer := l.endCall()
+	if err != nil {
+		// Not an end by itself: client-go retries until its RenewDeadline,
+		// and the Term's window still bounds how long it counts as held.
+		return err
+	}
+	l.wrote(&ler, answer, start)
+	return nil
+}
+
+// RecordEvent passes client-go's event on; "stopped leading" ends the Term.
+func (l *Lock) RecordEvent(s string) {
+	if s == stoppedLeading {
+		l.endTerm(fmt.Errorf("%w: client-go stopped leading on Lease %s (no renewal within its RenewDeadline, or its context ended)", ErrLost, l.desc))
+	}
+	l.inner.RecordEvent(s)
+}
+
+// Identity is the identity this process leads as.
+func (l *Lock) Identity() string { return l.inner.Identity() }
+
+// Describe is namespace/name of the Lease.
+func (l *Lock) Describe() string { return l.inner.Describe() }
+
+// wrote judges a successful write that started at start: a record naming
+// this process extends the live Term, or begins one when there is none or
+// its token differs; any other record ends it.
+func (l *Lock) wrote(ler *resourcelock.LeaderElectionRecord, answer *coordinationv1.Lease, start time.Time) {
+	holder, token, duration := recordOf(ler, answer)
+	if holder != l.cfg.Identity {
+		l.endTerm(fmt.Errorf("%w: this process released Lease %s", ErrReleased, l.desc))
+		return
+	}
+	validUntil := start.Add(duration - l.safetyMargin(duration))
+	now := l.cfg.Clock.Now()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t := l.term; t != nil {
+		if t.token == token {
+			l.extendLocked(t, validUntil, now)
+			return
+		}
+		l.endTermLocked(t, fmt.Errorf("%w: Lease %s now carries fencing token %d under this process, not %d", ErrLost, l.desc, token, t.token))
+	}
+	if !now.Before(validUntil) {
+		return // answered too late to count: others may already have taken over
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t := &Term{lock: l, token: token, ctx: ctx, cancel: cancel, validUntil: validUntil}
+	l.term = t
+	l.armLocked(t, now)
+	close(l.started)
+	l.started = make(chan struct{})
+}
+
+// safetyMargin is Config.SafetyMargin, or 2% of duration plus 100ms.
+func (l *Lock) safetyMargin(duration time.Duration) time.Duration {
+	if l.cfg.SafetyMargin > 0 {
+		return l.cfg.SafetyMargin
+	}
+	return duration/50 + 100*time.Millisecond
+}
+
+// extendLocked moves t's window to validUntil if that is later. An answer
+// that arrives after the window ran out extends nothing: the timer ends t.
+func (l *Lock) extendLocked(t *Term, validUntil, now time.Time) {
+	if !validUntil.After(t.validUntil) || !now.Before(t.validUntil) {
+		return
+	}
+	t.validUntil = validUntil
+	l.armLocked(t, now)
+}
+
+// armLocked (re)starts the timer that ends t at its validUntil. The timer's
+// function hands over to a goroutine, so that it never runs under the
+// clock's own lock.
+func (l *Lock) armLocked(t *Term, now time.Time) {
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	t.generation++
+	gen := t.generation
+	t.timer = l.cfg.Clock.AfterFunc(t.validUntil.Sub(now), func() { go l.expire(t, gen) })
+}
+
+// expire ends t if the timer that fired is still its latest.
+func (l *Lock) expire(t *Term, gen int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t.generation != gen {
+		return
+	}
+	l.endTermLocked(t, fmt.Errorf("%w: Lease %s not renewed within its lease duration (minus a safety margin) since the start of the last successful write",
+		ErrLost, l.desc))
+}
+
+func (l *Lock) endTerm(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.term != nil {
+		l.endTermLocked(l.term, cause)
+	}
+}
+
+func (l *Lock) endTermLocked(t *Term, cause error) {
+	t.cancel(cause)
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	t.generation++
+	if l.term == t {
+		l.term = nil
+	}
+}
+
+func (l *Lock) beginCall() {
+	l.mu.Lock()
+	l.answer = nil
+	l.mu.Unlock()
+}
+
+func (l *Lock) endCall() *coordinationv1.Lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a := l.answer
+	l.answer = nil
+	return a
+}
+
+// answered records a Lease the apiserver answered a call with.
+func (l *Lock) answered(lease *coordinationv1.Lease) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.answer, l.last = lease, lease
+}
+
+// recordOf is holder, token and lease duration as the apiserver answered
+// the call, or, without an answer, as client-go's record says.
+func recordOf(ler *resourcelock.LeaderElectionRecord, answer *coordinationv1.Lease) (string, int64, time.Duration) {
+	if answer == nil {
+		return ler.HolderIdentity, int64(ler.LeaderTransitions), time.Duration(ler.LeaseDurationSeconds) * time.Second
+	}
+	var holder string
+	var seconds int32
+	if answer.Spec.HolderIdentity != nil {
+		holder = *answer.Spec.HolderIdentity
+	}
+	if answer.Spec.LeaseDurationSeconds != nil {
+		seconds = *answer.Spec.LeaseDurationSeconds
+	}
+	return holder, leaseToken(answer), time.Duration(seconds) * time.Second
+}
+
+func leaseToken(l *coordinationv1.Lease) int64 {
+	if l.Spec.LeaseTransitions == nil {
+		return 0
+	}
+	return int64(*l.Spec.LeaseTransitions)
+}

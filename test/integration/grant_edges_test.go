@@ -1,0 +1,152 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
+	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	testutil "github.com/frontdesk-dev/frontdesk/test/util"
+)
+
+// firstLeasePutNeverSent holds the first Lease PUT until its request is
+// cancelled and then fails it without sending it: a grant that never
+// landed, whose sender cannot know that.
+type firstLeasePutNeverSent struct {
+	next    http.RoundTripper
+	mu      sync.Mutex
+	seen    bool
+	blocked chan struct{} // closed when the first PUT is being held
+}
+
+func (f *firstLeasePutNeverSent) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/leases/") {
+		f.mu.Lock()
+		first := !f.seen
+		f.seen = true
+		f.mu.Unlock()
+		if first {
+			close(f.blocked)
+			<-req.Context().Done()
+			return nil, req.Context().Err()
+		}
+	}
+	return f.next.RoundTrip(req)
+}
+
+// A client whose grant got no answer before it gave up releases that grant
+// if it landed (TryAcquire included), so the lock is not blocked for a
+// lease nobody uses.
+func TestGrantWithNoAnswerIsReleasedWhenItLanded(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(30).Obj())
+	slow := &leaseWrites{holdFor: 3 * time.Second}
+	cfg := restConfig()
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { slow.next = rt; return slow }
+	c, err := lock.New(cfg, lock.Config{Namespace: ns, Name: "billing", Identity: "impatient"})
+	g := NewWithT(t)
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = c.TryAcquire(ctx)
+	g.Expect(err).To(MatchError(lock.ErrHeld), "the grant's answer came after the caller gave up")
+	g.Expect(slow.landed).NotTo(BeZero(), "the grant did not land: the test proves nothing")
+	eventually(t, 10*time.Second, func(g Gomega) {
+		l := getLease(g, ns, "billing")
+		g.Expect(lease.Holder(l)).To(BeEmpty(), "a landed grant nobody took up is still held")
+		g.Expect(lease.Token(l)).To(BeEquivalentTo(1))
+	})
+}
+
+// Two processes share an identity. One's grant never lands, and it cannot
+// know that; the other takes the lock with the very token the first one
+// sent. When the first gives up, it must not release the second one's
+// grant: holder and token match, the attempt's nonce does not.
+func TestUncertainGrantNeverReleasesAnotherProcessWithTheSameIdentity(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(30).Obj())
+	stuck := &firstLeasePutNeverSent{blocked: make(chan struct{})}
+	cfg := restConfig()
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { stuck.next = rt; return stuck }
+	first, err := lock.New(cfg, lock.Config{Namespace: ns, Name: "billing", Identity: "shared"})
+	g := NewWithT(t)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := first.TryAcquire(ctx); done <- err }()
+	<-stuck.blocked // the first one's grant (token 1) is on its way, and will never land
+
+	second, err := newLockClient(t, ns, "billing", "shared").TryAcquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(second.Token()).To(BeEquivalentTo(1), "the same next token as the first one's grant")
+	cancel()
+	g.Expect(<-done).To(MatchError(lock.ErrHeld))
+
+	// The first one's leaving is done when TryAcquire returns; the second
+	// one's grant must stand, on the server and for itself.
+	l := getLease(g, ns, "billing")
+	g.Expect(lease.Holder(l)).To(Equal("shared"))
+	g.Expect(lease.Token(l)).To(BeEquivalentTo(1))
+	g.Consistently(second.Context().Done()).WithTimeout(time.Second).ShouldNot(BeClosed())
+	g.Expect(second.Release(context.Background())).To(Succeed())
+}
+
+// A release hands the lock on with the lease duration the releaser wrote;
+// the waiter taking it up judges its window by that duration, as every
+// other observer does, not by the longer one it read from the lock after
+// leaseDurationSeconds was raised.
+func TestHandedOffGrantIsJudgedByTheDurationWritten(t *testing.T) {
+	ns := newNamespace(t)
+	lk := createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(4).Obj())
+	holder, err := newLockClient(t, ns, "billing", "holder").TryAcquire(context.Background())
+	g := NewWithT(t)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	patch := client.MergeFrom(lk.DeepCopy())
+	lk.Spec.LeaseDurationSeconds = 60
+	g.Expect(k8sClient.Patch(context.Background(), lk, patch)).To(Succeed())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A short renew interval: the waiter takes the hand-off up without
+	// renewing first (it would otherwise renew, writing its own 60 s).
+	done := acquireInBackground(ctx, newLockClient(t, ns, "billing", "waiter", func(c *lock.Config) { c.RenewInterval = time.Second }))
+	eventually(t, 10*time.Second, func(g Gomega) { g.Expect(queueOf(g, ns, "billing")).To(Equal([]string{"waiter"})) })
+	g.Expect(holder.Release(context.Background())).To(Succeed())
+	released := time.Now()
+	handed := getLease(g, ns, "billing")
+	g.Expect(lease.Holder(handed)).To(Equal("waiter"))
+	g.Expect(lease.RecordOf(handed).DurationSeconds).To(BeEquivalentTo(4), "the releaser wrote its own duration")
+
+	r := <-done
+	g.Expect(r.err).NotTo(HaveOccurred())
+	g.Expect(r.grant.Token()).To(Equal(lease.Token(handed)))
+	g.Expect(r.validUntil).To(BeTemporally("<=", released.Add(4*time.Second)),
+		"the waiter trusts a window longer than the one the others judge the hand-off by")
+	g.Expect(r.grant.Release(context.Background())).To(Succeed())
+}
+
+// A holder follows its Lease while it holds it: a break (or a takeover)
+// ends its grant as soon as the watch brings it, not at the next renewal a
+// third of the lease later.
+func TestHolderLearnsOfABreakBeforeItsNextRenewal(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(60).Obj())
+	g := NewWithT(t)
+	gr, err := newLockClient(t, ns, "billing", "holder").TryAcquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	time.Sleep(200 * time.Millisecond) // let the grant's watch open; not a check
+	_, err = newLockClient(t, ns, "billing", "admin").Break(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(gr.Lost()).WithTimeout(10*time.Second).Should(BeClosed(),
+		"the next renewal is 20 s away: the watch should have ended the grant")
+	g.Expect(gr.Err()).To(MatchError(lock.ErrLost))
+}

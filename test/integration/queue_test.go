@@ -1,0 +1,238 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
+	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	testutil "github.com/frontdesk-dev/frontdesk/test/util"
+)
+
+// queueOf is the identities queued on the lock's Lease, head first.
+func queueOf(g Gomega, ns, name string) []string {
+	var ids []string
+	for _, w := range lease.Queue(getLease(g, ns, name)) {
+		ids = append(ids, w.Identity)
+	}
+	return ids
+}
+
+// acquireInBackground starts c.Acquire and returns the channel its result
+// arrives on.
+func acquireInBackground(ctx context.Context, c *lock.Client) <-chan acquireResult {
+	done := make(chan acquireResult, 1)
+	go func() {
+		g, err := c.Acquire(ctx)
+		r := acquireResult{grant: g, err: err, at: time.Now()}
+		if g != nil {
+			r.validUntil = g.ValidUntil()
+		}
+		done <- r
+	}()
+	return done
+}
+
+type acquireResult struct {
+	grant *lock.Grant
+	err   error
+	at    time.Time
+	// validUntil is the grant's safe window as it was handed out.
+	validUntil time.Time
+}
+
+// queueGhost puts a waiter in the Lease's queue that will never take its
+// turn, as a waiter SIGKILLed right after it registered leaves behind.
+func queueGhost(t *testing.T, ns, name, identity string) {
+	t.Helper()
+	g := NewWithT(t)
+	g.Eventually(func() error {
+		l, err := clientset.CoordinationV1().Leases(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		queued, err := lease.Enqueue(l, lease.Waiter{Identity: identity, Ticket: "ghost-" + identity})
+		if err != nil {
+			return err
+		}
+		_, err = clientset.CoordinationV1().Leases(ns).Update(context.Background(), queued, metav1.UpdateOptions{})
+		return err
+	}).WithTimeout(5 * time.Second).Should(Succeed())
+}
+
+// Waiters get the lock in the order they queued, each from a release that
+// hands it on in the same write (the Lease names the releaser; status says
+// HandedOff), with consecutive tokens; a waiter with a higher priority
+// goes before them all.
+func TestWaitersAreGrantedInQueueOrder(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(10).Obj())
+	holder, err := newLockClient(t, ns, "billing", "holder").TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var mu sync.Mutex
+	var order []string
+	var tokens []int64
+	var wg sync.WaitGroup
+	waitInLine := func(identity string, priority int32, want []string) {
+		c := newLockClient(t, ns, "billing", identity, func(cfg *lock.Config) { cfg.Priority = priority })
+		done := acquireInBackground(ctx, c)
+		eventually(t, 10*time.Second, func(g Gomega) { g.Expect(queueOf(g, ns, "billing")).To(Equal(want)) })
+		wg.Go(func() {
+			r := <-done
+			if r.err != nil {
+				t.Errorf("%s: %v", identity, r.err)
+				return
+			}
+			mu.Lock()
+			order = append(order, identity)
+			tokens = append(tokens, r.grant.Token())
+			mu.Unlock()
+			if err := r.grant.Release(context.Background()); err != nil {
+				t.Errorf("%s release: %v", identity, err)
+			}
+		})
+	}
+	waitInLine("first", 0, []string{"first"})
+	waitInLine("second", 0, []string{"first", "second"})
+	waitInLine("third", 0, []string{"first", "second", "third"})
+	waitInLine("urgent", 10, []string{"urgent", "first", "second", "third"})
+
+	history, err := testutil.WatchLeaseHistory(context.Background(), clientset, ns, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer history.Stop()
+	if err := holder.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	g := NewWithT(t)
+	g.Expect(order).To(Equal([]string{"urgent", "first", "second", "third"}))
+	for i, tok := range tokens {
+		g.Expect(tok).To(Equal(holder.Token()+int64(i)+1), "grant %d (%s)", i, order[i])
+	}
+	eventually(t, 5*time.Second, func(g Gomega) {
+		g.Expect(history.Grants()).To(HaveLen(4))
+		g.Expect(countOf(eventReasons(g, ns, "billing"), "HandedOff")).To(BeNumerically(">=", 1))
+	})
+	l := getLease(g, ns, "billing")
+	g.Expect(lease.Holder(l)).To(BeEmpty(), "the last waiter released with nobody queued")
+	g.Expect(lease.Queue(l)).To(BeEmpty())
+}
+
+// A waiter that gives up (its context ends) leaves the queue, so nobody is
+// handed a lock that no one will take up.
+func TestWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(10).Obj())
+	holder, err := newLockClient(t, ns, "billing", "holder").TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := acquireInBackground(ctx, newLockClient(t, ns, "billing", "impatient"))
+	eventually(t, 10*time.Second, func(g Gomega) { g.Expect(queueOf(g, ns, "billing")).To(Equal([]string{"impatient"})) })
+	cancel()
+	r := <-done
+	g := NewWithT(t)
+	g.Expect(r.err).To(MatchError(lock.ErrHeld))
+	eventually(t, 5*time.Second, func(g Gomega) { g.Expect(queueOf(g, ns, "billing")).To(BeEmpty()) })
+
+	g.Expect(holder.Release(context.Background())).To(Succeed())
+	l := getLease(g, ns, "billing")
+	g.Expect(lease.Holder(l)).To(BeEmpty(), "the release handed the lock to a waiter that had left")
+}
+
+// A waiter that died after it registered (its entry left behind) is handed
+// the lock by the release; nobody takes that grant up, and the next waiter
+// gets the lock only once the handed-off grant has lapsed as it observed it:
+// a dead head costs one lease, never an overlap. The dead entry is gone
+// with the next grant.
+func TestDeadHeadOfQueueCostsOneLease(t *testing.T) {
+	ns := newNamespace(t)
+	const leaseSeconds = 2
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(leaseSeconds).Obj())
+	holder, err := newLockClient(t, ns, "billing", "holder").TryAcquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	queueGhost(t, ns, "billing", "ghost")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := acquireInBackground(ctx, newLockClient(t, ns, "billing", "alive"))
+	eventually(t, 10*time.Second, func(g Gomega) { g.Expect(queueOf(g, ns, "billing")).To(Equal([]string{"ghost", "alive"})) })
+
+	g := NewWithT(t)
+	g.Expect(holder.Release(context.Background())).To(Succeed())
+	handedAt := time.Now()
+	l := getLease(g, ns, "billing")
+	g.Expect(lease.Holder(l)).To(Equal("ghost"), "the release hands the lock to the head")
+	ghostToken := lease.Token(l)
+
+	r := <-done
+	g.Expect(r.err).NotTo(HaveOccurred())
+	g.Expect(r.grant.Token()).To(Equal(ghostToken + 1))
+	g.Expect(r.at.Sub(handedAt)).To(BeNumerically(">=", leaseSeconds*time.Second),
+		"the next waiter took the lock before the dead head's grant could lapse")
+	g.Expect(lease.Queue(getLease(g, ns, "billing"))).To(BeEmpty())
+	g.Expect(r.grant.Release(context.Background())).To(Succeed())
+}
+
+// A lock that fell free with waiters queued (its holder lapsed) goes to
+// the queue first: TryAcquire, which does not queue, gets ErrHeld saying
+// how many come first; once the dead head's turn has passed as this client
+// observed it, TryAcquire gets the lock and the skipped entry is dropped.
+func TestTryAcquireDoesNotJumpTheQueue(t *testing.T) {
+	ns := newNamespace(t)
+	const leaseSeconds = 2
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(leaseSeconds).Obj())
+	g := NewWithT(t)
+	// A holder that writes its grant and then goes silent.
+	g.Eventually(func() error {
+		l, err := clientset.CoordinationV1().Leases(ns).Get(context.Background(), "billing", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		granted, err := lease.Grant(l, "silent", leaseSeconds*time.Second, time.Now())
+		if err != nil {
+			return err
+		}
+		_, err = clientset.CoordinationV1().Leases(ns).Update(context.Background(), granted, metav1.UpdateOptions{})
+		return err
+	}).WithTimeout(5 * time.Second).Should(Succeed())
+	queueGhost(t, ns, "billing", "ghost")
+
+	c := newLockClient(t, ns, "billing", "outsider")
+	_, err := c.TryAcquire(context.Background())
+	var held *lock.HeldError
+	g.Expect(errors.As(err, &held)).To(BeTrue(), "TryAcquire on a live grant: %v", err)
+	g.Expect(held.Holder).To(Equal("silent"))
+
+	// Once the silent holder has lapsed, the ghost's turn comes first.
+	var sawQueueAhead bool
+	var gr *lock.Grant
+	g.Eventually(func() error {
+		var err error
+		gr, err = c.TryAcquire(context.Background())
+		if errors.As(err, &held) && held.Holder == "" {
+			g.Expect(held.Ahead).To(Equal(1), "waiters ahead of a caller outside the queue")
+			sawQueueAhead = true
+		}
+		return err
+	}).WithTimeout(15 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+	g.Expect(sawQueueAhead).To(BeTrue(), "TryAcquire took a free lock without letting the queued head have its turn")
+	g.Expect(lease.Queue(getLease(g, ns, "billing"))).To(BeEmpty(), "the skipped dead entry is dropped with the grant")
+	g.Expect(gr.Release(context.Background())).To(Succeed())
+}
