@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +23,10 @@ import (
 	"github.com/frontdesk-dev/frontdesk/internal/bench"
 )
 
-var withPeers bool
+var (
+	withPeers  bool
+	cpuProfile string
+)
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "peer-holder" {
@@ -49,7 +53,12 @@ func main() {
 	flag.BoolVar(&withPeers, "peers", true, "Also measure etcd's Mutex and Redis side by side (same run, same TTL).")
 	flag.DurationVar(&peers.TTL, "peers-ttl", 2*time.Second, "TTL of every system in the side-by-side run.")
 	flag.IntVar(&peers.FailoverTrials, "failover-trials", 20, "SIGKILLed holders per system.")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "Write a CPU profile of this process (the lock clients; not the apiserver) to this file.")
 	flag.Parse()
+	if cpuProfile != "" {
+		stopProfile := startCPUProfile(cpuProfile)
+		defer stopProfile()
+	}
 	opts.LeaseDurationSeconds = int32(duration)
 	opts.Waiters = positiveInts("waiters", waiters)
 	if costSizes != "" {
@@ -85,6 +94,23 @@ func main() {
 	if _, err := bench.RunPeers(ctx, peers, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "frontdesk-bench:", err)
 		os.Exit(1)
+	}
+}
+
+// startCPUProfile starts a CPU profile written to path, or exits saying why
+// it cannot.
+func startCPUProfile(path string) (stop func()) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "frontdesk-bench: --cpuprofile:", err)
+		os.Exit(2)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
 	}
 }
 

@@ -63,8 +63,8 @@ func Queue(l *coordinationv1.Lease) []Waiter {
 	if !ok || raw == "" {
 		return nil
 	}
-	var q []Waiter
-	if err := json.Unmarshal([]byte(raw), &q); err != nil {
+	q, ok := decodeQueue(raw)
+	if !ok {
 		return nil
 	}
 	return slices.DeleteFunc(q, func(w Waiter) bool { return w.Ticket == "" })
@@ -72,7 +72,15 @@ func Queue(l *coordinationv1.Lease) []Waiter {
 
 // Position is the index of the waiter with ticket in the queue, or -1.
 func Position(l *coordinationv1.Lease, ticket string) int {
-	return slices.IndexFunc(Queue(l), func(w Waiter) bool { return w.Ticket == ticket })
+	position, _ := Place(l, ticket)
+	return position
+}
+
+// Place is the index of the waiter with ticket in the queue (-1 if it is
+// not queued) and the length of the queue, from one reading of it.
+func Place(l *coordinationv1.Lease, ticket string) (position, length int) {
+	q := Queue(l)
+	return slices.IndexFunc(q, func(w Waiter) bool { return w.Ticket == ticket }), len(q)
 }
 
 // Enqueue is current with w added to the queue: after every waiter of the

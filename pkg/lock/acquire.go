@@ -141,6 +141,16 @@ type place struct {
 	// the lease duration the hand-off wrote. It never moves forward, even
 	// if the caller registers again.
 	registeredAt time.Time
+	// readAt and read: a read of the Lease sent at readAt answered with
+	// read, which did not hand the lock to this caller. A hand-off of a
+	// later resourceVersion was written after readAt, so the head of the
+	// queue, whose registration may be older than a lease duration, reads
+	// the Lease while it waits (refreshHandOffWindow) to take a hand-off up
+	// without renewing it first.
+	readAt time.Time
+	read   *coordinationv1.Lease
+	// readTried is when the last such read was sent, answered or not.
+	readTried time.Time
 	// sentRegistration: a registration was sent (it may have landed even
 	// if its answer never came), so a caller that gives up leaves the queue.
 	sentRegistration bool
@@ -224,9 +234,10 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 				return nil, waitHint{}, fmt.Errorf("taking up the lock handed to this client: %w", err)
 			}
 		}
-		if held, turnAt := c.heldOrQueued(ctx, obs, info, current, p, start, cand.fromWatch); held != nil {
+		position, queueLength := lease.Place(current, p.ticket)
+		if held, turnAt := c.heldOrQueued(ctx, obs, info, position, queueLength, start, cand.fromWatch); held != nil {
 			hint.deadline = turnAt
-			if p.waiting && lease.Position(current, p.ticket) < 0 {
+			if p.waiting && position < 0 {
 				registered, err := c.register(ctx, current, p)
 				switch {
 				case err == nil:
@@ -240,10 +251,15 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 					// again at the next change.
 				}
 			}
+			if p.waiting && position == 0 {
+				if next := c.refreshHandOffWindow(ctx, info, p); next.Before(hint.deadline) {
+					hint.deadline = next
+				}
+			}
 			return nil, hint, held
 		}
 
-		granted, err := c.grantedLease(current, info, p, start)
+		granted, err := c.grantedLease(current, info, p, position, start)
 		if err != nil {
 			return nil, waitHint{}, err
 		}
@@ -289,12 +305,12 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 // grantedLease is current granted to this client with the next token,
 // without the caller's queue entry and the entries ahead of it (their turn
 // has passed); a caller outside the queue comes after all of them.
-func (c *Client) grantedLease(current *coordinationv1.Lease, info lockInfo, p *place, start time.Time) (*coordinationv1.Lease, error) {
+func (c *Client) grantedLease(current *coordinationv1.Lease, info lockInfo, p *place, position int, start time.Time) (*coordinationv1.Lease, error) {
 	granted, err := lease.Grant(current, c.cfg.Identity, info.duration, start)
 	if err != nil {
 		return nil, fmt.Errorf("acquiring lock %s: %w", c.LockName(), err)
 	}
-	if lease.Position(current, p.ticket) >= 0 {
+	if position >= 0 {
 		return lease.DequeueThrough(granted, p.ticket)
 	}
 	var passed []string
@@ -307,12 +323,13 @@ func (c *Client) grantedLease(current *coordinationv1.Lease, info lockInfo, p *p
 // heldOrQueued reports whether the caller cannot take the lock now: a
 // holder's grant is still live as observed (see heldByOther), or the lock
 // is free but waiters ahead of the caller in the queue still have their
-// turn. turnAt is when to look again with no change in between.
-func (c *Client) heldOrQueued(ctx context.Context, obs lease.Observation, info lockInfo, current *coordinationv1.Lease,
-	p *place, now time.Time, fromWatch bool) (*HeldError, time.Time) {
-	position := lease.Position(current, p.ticket)
+// turn. position is the caller's place in the queue (-1 if it is not
+// queued: it then comes after all queueLength waiters). turnAt is when to
+// look again with no change in between.
+func (c *Client) heldOrQueued(ctx context.Context, obs lease.Observation, info lockInfo, position, queueLength int,
+	now time.Time, fromWatch bool) (*HeldError, time.Time) {
 	if position < 0 {
-		position = len(lease.Queue(current))
+		position = queueLength
 	}
 	turn := lease.Turn(position, info.duration)
 	held, freeSince := c.heldByOther(ctx, obs, info, now, fromWatch)
@@ -364,13 +381,13 @@ func handedToMe(current *coordinationv1.Lease, identity string, p *place) bool {
 // from that write, like any grant.
 func (c *Client) claimHandOff(ctx context.Context, info lockInfo, current *coordinationv1.Lease, p *place, now time.Time) (*Grant, error) {
 	interval := c.renewInterval(info)
-	if !p.registeredAt.IsZero() {
+	if from := p.handOffWrittenAfter(current); !from.IsZero() {
 		// The others judge the handed-off grant by the duration the
 		// releaser wrote, which may be shorter than this client's (the
 		// lock's leaseDurationSeconds was changed in between).
 		handed := info
 		handed.duration = min(info.duration, lease.RecordOf(current).Duration(info.duration))
-		until := c.safeUntil(handed, p.registeredAt)
+		until := c.safeUntil(handed, from)
 		if left := until.Sub(now); left >= interval/2 {
 			c.logger(ctx).V(1).Info("taking up the lock handed to this client", "lock", c.LockName(), "token", lease.Token(current))
 			return newGrant(c, c.logger(ctx), info, current, until, min(interval, left/2)), nil
@@ -386,6 +403,56 @@ func (c *Client) claimHandOff(ctx context.Context, info lockInfo, current *coord
 	}
 	c.observer.Observe(info.leaseName, lease.RecordOf(updated), now)
 	return newGrant(c, c.logger(ctx), info, updated, c.safeUntil(info, now), interval), nil
+}
+
+// handOffWrittenAfter is the latest time this caller knows current, a
+// hand-off naming its ticket, to have been written after: the sending of
+// its first registration (the ticket was not queued before), or of a later
+// read whose answer current is newer than (newerVersion: resourceVersions
+// are etcd revisions, and a quorum read is answered as of a moment after
+// it was sent). Zero when neither is known.
+func (p *place) handOffWrittenAfter(current *coordinationv1.Lease) time.Time {
+	if p.readAt.After(p.registeredAt) && newerVersion(current, p.read) {
+		return p.readAt
+	}
+	return p.registeredAt
+}
+
+// refreshHandOffWindow is run by the head of the queue while another holds
+// the lock. When a hand-off written from now on could not be taken up
+// without a renewal first (the registration, or the last read, is too old
+// to vouch for a renew interval of its window), it reads the Lease, a
+// quorum read, so that the next hand-off is known to be written after this
+// moment (see handOffWrittenAfter). It returns when to run again: when
+// what it knows vouches for one and a half renew intervals more (a
+// hand-off needs half a one; the rest is slack for a late timer or a slow
+// read), and never sooner than a renew interval after its last read,
+// answered or not. So a head reads about twice per lease duration while it
+// waits, and writes nothing.
+func (c *Client) refreshHandOffWindow(ctx context.Context, info lockInfo, p *place) (next time.Time) {
+	interval := c.renewInterval(info)
+	due := func() time.Time {
+		vouched := c.safeUntil(info, latest(p.registeredAt, p.readAt)).Add(-interval * 3 / 2)
+		return latest(vouched, p.readTried.Add(interval))
+	}
+	now := c.cfg.Clock.Now()
+	if now.Before(due()) {
+		return due()
+	}
+	p.readTried = now
+	l, err := c.readLease(ctx, info.leaseName)
+	if err == nil && !handedToMe(l, c.cfg.Identity, p) { // a hand-off already is not a moment before it
+		p.readAt, p.read = now, l
+	}
+	return due()
+}
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // leaveQueue takes a caller that gave up out of the queue (best effort,

@@ -133,6 +133,9 @@ func TestRenewalsWriteNoStatusButKeepTheGrantLive(t *testing.T) {
 	eventually(t, 2*time.Second, func(g Gomega) {
 		granted = getLock(g, ns, "billing")
 		g.Expect(heldReason(granted)).To(Equal(locksv1alpha1.ReasonHeld))
+		// Events are recorded after the status write, asynchronously:
+		// wait for the grant's own event before taking the baseline.
+		g.Expect(eventReasons(g, ns, "billing")).To(ContainElement(controllers.EventAcquired))
 	})
 	eventsBefore := eventReasons(g, ns, "billing")
 

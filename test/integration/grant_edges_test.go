@@ -9,6 +9,9 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
@@ -149,4 +152,58 @@ func TestHolderLearnsOfABreakBeforeItsNextRenewal(t *testing.T) {
 	g.Eventually(gr.Lost()).WithTimeout(10*time.Second).Should(BeClosed(),
 		"the next renewal is 20 s away: the watch should have ended the grant")
 	g.Expect(gr.Err()).To(MatchError(lock.ErrLost))
+}
+
+// A waiter that has waited at the head of the queue for longer than a lease
+// duration cannot vouch for a hand-off's window with its registration, so
+// it reads the Lease while it waits: a hand-off newer than that read was
+// written after it was sent. It then takes the hand-off up without writing
+// first (the next write to the Lease is its scheduled renewal, after Acquire
+// returned), and its window still ends no later than a lease duration after
+// the release.
+func TestLongWaitingHeadTakesAHandOffUpWithoutRenewingFirst(t *testing.T) {
+	ns := newNamespace(t)
+	const duration = 3 * time.Second
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(3).Obj())
+	g := NewWithT(t)
+	holder, err := newLockClient(t, ns, "billing", "holder").TryAcquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waitStart := time.Now()
+	done := acquireInBackground(ctx, newLockClient(t, ns, "billing", "waiter"))
+	eventually(t, 10*time.Second, func(g Gomega) { g.Expect(queueOf(g, ns, "billing")).To(Equal([]string{"waiter"})) })
+	time.Sleep(2 * duration) // the holder renews meanwhile; not a check
+	g.Expect(holder.Err()).NotTo(HaveOccurred(), "the holder lost the lock while renewing")
+
+	before := getLease(g, ns, "billing")
+	w, err := clientset.CoordinationV1().Leases(ns).Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=billing", ResourceVersion: before.ResourceVersion})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer w.Stop()
+	g.Expect(holder.Release(context.Background())).To(Succeed())
+	released := time.Now()
+
+	r := <-done
+	g.Expect(r.err).NotTo(HaveOccurred())
+	g.Expect(r.validUntil).To(BeTemporally("<=", released.Add(duration)), "the window outlasts a lease after the release")
+	g.Expect(r.validUntil).To(BeTemporally(">", waitStart.Add(duration)), "the window counts from before the wait")
+
+	var writes []*coordinationv1.Lease
+	for len(writes) < 2 {
+		select {
+		case ev := <-w.ResultChan():
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type == watch.Modified {
+				writes = append(writes, l)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("saw %d writes to the Lease after the release, want the hand-off and a renewal", len(writes))
+		}
+	}
+	g.Expect(lease.Holder(writes[0])).To(Equal("waiter"), "the release hands the lock on")
+	g.Expect(lease.Token(writes[1])).To(Equal(r.grant.Token()))
+	g.Expect(writes[1].Spec.RenewTime.Time).To(BeTemporally(">", r.at),
+		"the waiter renewed before it took the hand-off up, so it could not vouch for the window")
+	g.Expect(r.grant.Release(context.Background())).To(Succeed())
 }
