@@ -36,7 +36,7 @@ func decodeCanonicalQueue(raw string) ([]Waiter, bool) {
 	if !plainStrings(raw) || !d.take("[") {
 		return nil, false
 	}
-	q := make([]Waiter, 0, strings.Count(raw, "{"))
+	q := make([]Waiter, 0, min(strings.Count(raw, "{"), MaxQueue))
 	if d.take("]") {
 		return q, d.rest == ""
 	}

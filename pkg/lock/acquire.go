@@ -412,7 +412,7 @@ func (c *Client) claimHandOff(ctx context.Context, info lockInfo, current *coord
 // are etcd revisions, and a quorum read is answered as of a moment after
 // it was sent). Zero when neither is known.
 func (p *place) handOffWrittenAfter(current *coordinationv1.Lease) time.Time {
-	if p.readAt.After(p.registeredAt) && newerVersion(current, p.read) {
+	if p.read != nil && p.readAt.After(p.registeredAt) && newerVersion(current, p.read) {
 		return p.readAt
 	}
 	return p.registeredAt
@@ -426,9 +426,10 @@ func (p *place) handOffWrittenAfter(current *coordinationv1.Lease) time.Time {
 // moment (see handOffWrittenAfter). It returns when to run again: when
 // what it knows vouches for one and a half renew intervals more (a
 // hand-off needs half a one; the rest is slack for a late timer or a slow
-// read), and never sooner than a renew interval after its last read,
-// answered or not. So a head reads about twice per lease duration while it
-// waits, and writes nothing.
+// read), and never sooner than a renew interval after its last read's
+// answer (or failure; a read gets half a renew interval). So a head reads
+// about twice per lease duration for as long as it waits at the head of
+// the queue while another holds the lock, and writes nothing.
 func (c *Client) refreshHandOffWindow(ctx context.Context, info lockInfo, p *place) (next time.Time) {
 	interval := c.renewInterval(info)
 	due := func() time.Time {
@@ -439,9 +440,15 @@ func (c *Client) refreshHandOffWindow(ctx context.Context, info lockInfo, p *pla
 	if now.Before(due()) {
 		return due()
 	}
-	p.readTried = now
-	l, err := c.readLease(ctx, info.leaseName)
-	if err == nil && !handedToMe(l, c.cfg.Identity, p) { // a hand-off already is not a moment before it
+	readCtx, cancel := context.WithTimeout(ctx, interval/2)
+	defer cancel()
+	l, err := c.readLease(readCtx, info.leaseName)
+	// The next read counts from this answer, not from the request: a slow
+	// apiserver gets no reads back to back.
+	p.readTried = c.cfg.Clock.Now()
+	if err == nil && !handedToMe(l, c.cfg.Identity, p) {
+		// An answer naming this ticket is no moment before the hand-off:
+		// a later version carrying the same hand-off would look newer.
 		p.readAt, p.read = now, l
 	}
 	return due()

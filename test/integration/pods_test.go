@@ -239,11 +239,12 @@ func TestCandidatesModeRevokesThenHandsOff(t *testing.T) {
 
 	// The holder pod deleted outright: gone, so the hand-off needs no delay.
 	setReady(t, c0, true)
+	deleted := time.Now()
 	g.Expect(k8sClient.Delete(ctx, c2)).To(Succeed())
 	present = []string{"c-0", "other"}
 	eventually(t, 5*time.Second, holderIs("c-0", 4))
-	// The event, not the test's clock, says which condition ended the wait:
-	// a busy machine may take a while, but never waits out the delay here.
+	g.Expect(getLease(g, ns, "leader").Spec.AcquireTime.Time.Sub(deleted)).To(BeNumerically("<", lease),
+		"the hand-off waited out the delay although the pod was gone")
 	g.Expect(eventMessages(g, ns, "leader", controllers.EventHandedOff)).To(ContainElement(ContainSubstring("pod c-2 is gone")))
 
 	// The last candidate leaves: released after the delay, nobody marked.
