@@ -23,12 +23,15 @@ import (
 const maxCASAttempts = 5
 
 // maxWriteAttempts bounds the compare-and-swap retries of a write that
-// should land whatever the contention: a release, leaving the queue, an
-// admin edit. Waiters registering in the queue write the same Lease, so a
-// release can lose a few races in a row under a crowd; each lost race is
-// another writer's progress, and the queue is bounded (lease.MaxQueue), so
-// a generous bound ends well before the crowd does.
-const maxWriteAttempts = 25
+// should land whatever the contention: a renewal (also bounded by its safe
+// window), a release, leaving the queue, an admin edit. Waiters registering
+// in the queue write the same Lease, and a crowd arriving at once wins race
+// after race: a release lost 25 in a row to 200 waiters registering
+// together (make bench, 2026-12-03). Each lost race is another writer's
+// progress, and each waiter registers once per Acquire into a queue of at
+// most lease.MaxQueue, so the bound outlasts any crowd; a caller's ctx ends
+// it sooner.
+const maxWriteAttempts = lease.MaxQueue + 25
 
 // errContended: a waiting attempt lost a compare-and-swap race; the watch
 // brings the winner's write next.
