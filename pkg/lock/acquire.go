@@ -28,9 +28,9 @@ const maxCASAttempts = 5
 // in the queue write the same Lease, and a crowd arriving at once wins race
 // after race: a release lost 25 in a row to 200 waiters registering
 // together (make bench, 2026-12-03). Each lost race is another writer's
-// progress, and each waiter registers once per Acquire into a queue of at
-// most lease.MaxQueue, so the bound outlasts any crowd; a caller's ctx ends
-// it sooner.
+// progress, and the queue holds at most lease.MaxQueue waiters, so the
+// bound outlasts a crowd of that size arriving at once (not an endless
+// stream of writers); a caller's ctx ends it sooner.
 const maxWriteAttempts = lease.MaxQueue + 25
 
 // errContended: a waiting attempt lost a compare-and-swap race; the watch
@@ -152,7 +152,8 @@ type place struct {
 	// without renewing it first.
 	readAt time.Time
 	read   *coordinationv1.Lease
-	// readTried is when the last such read was sent, answered or not.
+	// readTried is when the last such read was answered or failed; the
+	// next read counts from then.
 	readTried time.Time
 	// sentRegistration: a registration was sent (it may have landed even
 	// if its answer never came), so a caller that gives up leaves the queue.
@@ -375,8 +376,9 @@ func handedToMe(current *coordinationv1.Lease, identity string, p *place) bool {
 
 // claimHandOff takes up a grant that a release handed to the caller. The
 // caller did not write it, so it trusts no window it did not start: the
-// hand-off was written after the caller's registration, so nobody else can
-// see the handed-off grant lapse before registeredAt plus the lease duration
+// hand-off was written after the caller's registration or its last read at
+// the head of the queue (handOffWrittenAfter), so nobody else can see the
+// handed-off grant lapse before that moment plus the lease duration
 // (everyone's expiry clock starts at or after the hand-off's write). If that
 // window, minus the safety margin, still has at least half a renew interval
 // left, the grant is usable at once and its first renewal comes within the
@@ -422,14 +424,13 @@ func (p *place) handOffWrittenAfter(current *coordinationv1.Lease) time.Time {
 }
 
 // refreshHandOffWindow is run by the head of the queue while another holds
-// the lock. When a hand-off written from now on could not be taken up
-// without a renewal first (the registration, or the last read, is too old
-// to vouch for a renew interval of its window), it reads the Lease, a
-// quorum read, so that the next hand-off is known to be written after this
+// the lock. When what it knows (the registration, or the last read)
+// vouches for less than one and a half renew intervals of a hand-off's
+// window (a hand-off needs half of one), it reads the Lease, a quorum read, so that the next hand-off is known to be written after this
 // moment (see handOffWrittenAfter). It returns when to run again: when
-// what it knows vouches for one and a half renew intervals more (a
-// hand-off needs half a one; the rest is slack for a late timer or a slow
-// read), and never sooner than a renew interval after its last read's
+// what it knows vouches for one and a half renew intervals more (the
+// slack beyond half a one is for a late timer or a slow read), and never
+// sooner than a renew interval after its last read's
 // answer (or failure; a read gets half a renew interval). So a head reads
 // about twice per lease duration for as long as it waits at the head of
 // the queue while another holds the lock, and writes nothing.

@@ -246,10 +246,12 @@ func (g *Grant) armExpiry() {
 
 // renewOnce moves renewTime forward with a compare-and-swap. A conflict is
 // re-read: if the Lease is still this grant's (waiters registering in the
-// queue write it too), the renewal is retried within the safe window; otherwise the grant is lost. So is a grant whose Lease the lock no longer
-// controls (the lock was deleted, or deleted and created again) or whose
-// Lease is being deleted: the holder stops renewing, so the controller sees
-// the grant lapse and can retire or recreate the Lease.
+// queue write it too), the renewal is retried, up to maxWriteAttempts
+// times, within the safe window; otherwise the grant is lost. So is a grant
+// whose Lease the lock no longer controls (the lock was deleted, or deleted
+// and created again) or whose Lease is being deleted: the holder stops
+// renewing, so the controller sees the grant lapse and can retire or
+// recreate the Lease.
 func (g *Grant) renewOnce() error {
 	clk := g.client.cfg.Clock
 	ctx, cancel := context.WithTimeout(g.renewCtx, max(g.ValidUntil().Sub(clk.Now()), time.Millisecond))

@@ -159,12 +159,12 @@ func TestHolderLearnsOfABreakBeforeItsNextRenewal(t *testing.T) {
 // it reads the Lease while it waits: a hand-off newer than that read was
 // written after it was sent. It then takes the hand-off up without writing
 // first (the next write to the Lease is its scheduled renewal, after Acquire
-// returned), and its window still ends no later than a lease duration after
-// the release.
+// returned), and its window still ends no later than the safe window counted
+// from the release.
 func TestLongWaitingHeadTakesAHandOffUpWithoutRenewingFirst(t *testing.T) {
 	ns := newNamespace(t)
-	const duration = 3 * time.Second
-	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(3).Obj())
+	const duration = 6 * time.Second
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(6).Obj())
 	g := NewWithT(t)
 	holder, err := newLockClient(t, ns, "billing", "holder").TryAcquire(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
@@ -175,7 +175,7 @@ func TestLongWaitingHeadTakesAHandOffUpWithoutRenewingFirst(t *testing.T) {
 	waiter := newLockClient(t, ns, "billing", "waiter")
 	done := acquireInBackground(ctx, waiter)
 	eventually(t, 10*time.Second, func(g Gomega) { g.Expect(queueOf(g, ns, "billing")).To(Equal([]string{"waiter"})) })
-	time.Sleep(2 * duration) // the holder renews meanwhile; not a check
+	time.Sleep(duration + time.Second) // the holder renews meanwhile; not a check
 	g.Expect(holder.Err()).NotTo(HaveOccurred(), "the holder lost the lock while renewing")
 
 	before := getLease(g, ns, "billing")

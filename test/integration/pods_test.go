@@ -220,7 +220,9 @@ func TestCandidatesModeRevokesThenHandsOff(t *testing.T) {
 	revokedAt := revocationTime()
 	eventually(t, 6*time.Second, holderIs("c-1", 2))
 	g.Expect(handOffGap(revokedAt)).To(BeNumerically(">=", lease), "handed off before the delay")
-	g.Expect(eventMessages(g, ns, "leader", controllers.EventHandedOff)).To(ContainElement(ContainSubstring("hand-off delay (2s) passed")))
+	eventually(t, 5*time.Second, func(g Gomega) { // events are recorded after the status write
+		g.Expect(eventMessages(g, ns, "leader", controllers.EventHandedOff)).To(ContainElement(ContainSubstring("hand-off delay (2s) passed")))
+	})
 
 	// Terminating (a finalizer keeps it, as a kubelet grace period would):
 	// not gone, so the delay still applies.
@@ -245,7 +247,9 @@ func TestCandidatesModeRevokesThenHandsOff(t *testing.T) {
 	eventually(t, 5*time.Second, holderIs("c-0", 4))
 	g.Expect(getLease(g, ns, "leader").Spec.AcquireTime.Time.Sub(deleted)).To(BeNumerically("<", lease),
 		"the hand-off waited out the delay although the pod was gone")
-	g.Expect(eventMessages(g, ns, "leader", controllers.EventHandedOff)).To(ContainElement(ContainSubstring("pod c-2 is gone")))
+	eventually(t, 5*time.Second, func(g Gomega) {
+		g.Expect(eventMessages(g, ns, "leader", controllers.EventHandedOff)).To(ContainElement(ContainSubstring("pod c-2 is gone")))
+	})
 
 	// The last candidate leaves: released after the delay, nobody marked.
 	setReady(t, c0, false)

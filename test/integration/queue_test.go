@@ -241,11 +241,11 @@ func TestTryAcquireDoesNotJumpTheQueue(t *testing.T) {
 // time, each winning a race the others lose. A holder releasing in the
 // middle of that crowd loses races too, and must still land; every waiter
 // then gets the lock once, each with a token of its own, and its release
-// lands while the rest of the crowd is still registering. (make bench saw a
+// lands, while the rest of the crowd may still be registering (only the
+// crowd's outcome is checked). (make bench saw a
 // release give up after 25 lost races among 200 waiters registering
 // together; this crowd of 60 does not reproduce that reliably, so the
-// bound is argued in maxWriteAttempts' comment, and this test checks the
-// crowd's outcome.)
+// bound is argued in maxWriteAttempts' comment.)
 func TestReleaseLandsThroughACrowdRegistering(t *testing.T) {
 	ns := newNamespace(t)
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(30).Obj())
@@ -262,6 +262,8 @@ func TestReleaseLandsThroughACrowdRegistering(t *testing.T) {
 	}
 	start := make(chan struct{})
 	var wg sync.WaitGroup
+	// The waiters report with t.Errorf: they must be done before the test.
+	defer func() { cancel(); wg.Wait() }()
 	grants := make(chan *lock.Grant, crowd)
 	for _, c := range clients {
 		wg.Go(func() {
@@ -279,8 +281,13 @@ func TestReleaseLandsThroughACrowdRegistering(t *testing.T) {
 	}
 	close(start)
 	// Release while the crowd is still registering.
-	eventually(t, 10*time.Second, func(g Gomega) { g.Expect(len(queueOf(g, ns, "billing"))).To(BeNumerically(">", 0)) })
+	var queued int
+	eventually(t, 10*time.Second, func(g Gomega) {
+		queued = len(queueOf(g, ns, "billing"))
+		g.Expect(queued).To(BeNumerically(">", 0))
+	})
 	g.Expect(holder.Release(context.Background())).To(Succeed(), "the holder's release was lost in the crowd")
+	t.Logf("released with %d of %d waiters queued", queued, crowd)
 	wg.Wait()
 	close(grants)
 	seen := map[int64]bool{}
