@@ -426,14 +426,15 @@ func (p *place) handOffWrittenAfter(current *coordinationv1.Lease) time.Time {
 // refreshHandOffWindow is run by the head of the queue while another holds
 // the lock. When what it knows (the registration, or the last read)
 // vouches for less than one and a half renew intervals of a hand-off's
-// window (a hand-off needs half of one), it reads the Lease, a quorum read, so that the next hand-off is known to be written after this
-// moment (see handOffWrittenAfter). It returns when to run again: when
-// what it knows vouches for one and a half renew intervals more (the
-// slack beyond half a one is for a late timer or a slow read), and never
-// sooner than a renew interval after its last read's
-// answer (or failure; a read gets half a renew interval). So a head reads
-// about twice per lease duration for as long as it waits at the head of
-// the queue while another holds the lock, and writes nothing.
+// window (a hand-off needs half of one), it reads the Lease, a quorum
+// read, so that the next hand-off is known to be written after this moment
+// (see handOffWrittenAfter). It returns when to run again: when what it
+// knows vouches for one and a half renew intervals more (the slack beyond
+// half of one is for a late timer or a slow read), and never sooner than a
+// renew interval after its last read's answer (or failure; a read gets
+// half a renew interval). So a head reads about twice per lease duration
+// for as long as it waits at the head of the queue while another holds the
+// lock, and writes nothing.
 func (c *Client) refreshHandOffWindow(ctx context.Context, info lockInfo, p *place) (next time.Time) {
 	interval := c.renewInterval(info)
 	due := func() time.Time {
