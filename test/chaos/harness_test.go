@@ -237,6 +237,26 @@ func newNamespace(t *testing.T, c *cluster) string {
 	return ns.Name
 }
 
+// createLockWithHistory creates the lock name in ns with a lease of ttl
+// seconds, waits for the controller to create its Lease, and starts
+// recording the Lease's history of grants. The caller stops the history.
+func createLockWithHistory(t *testing.T, c *cluster, ns, name string, ttl int32) *testutil.LeaseHistory {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.k8sClient.Create(ctx, testutil.MakeLock(name, ns).LeaseDuration(ttl).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the lock's Lease", func() bool {
+		_, err := c.clientset.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil
+	})
+	history, err := testutil.WatchLeaseHistory(ctx, c.clientset, ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return history
+}
+
 // holderWorker returns the index of the worker process that holds the lock
 // now (by the Lease's holder identity, whose pod part is the worker name),
 // or -1.

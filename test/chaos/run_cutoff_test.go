@@ -74,17 +74,7 @@ func TestRunCutOffFromTheAPIServer(t *testing.T) {
 	ns := newNamespace(t, c)
 	const lockName = "job"
 	ctx := context.Background()
-	if err := c.k8sClient.Create(ctx, testutil.MakeLock(lockName, ns).LeaseDuration(3).Obj()); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, time.Minute, "the lock's Lease", func() bool {
-		_, err := c.clientset.CoordinationV1().Leases(ns).Get(ctx, lockName, metav1.GetOptions{})
-		return err == nil
-	})
-	history, err := testutil.WatchLeaseHistory(ctx, c.clientset, ns, lockName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	history := createLockWithHistory(t, c, ns, lockName, 3)
 	defer history.Stop()
 	dir := t.TempDir()
 	ledger := filepath.Join(dir, "ledger")

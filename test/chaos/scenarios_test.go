@@ -19,7 +19,6 @@ import (
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 // size picks the short (CI) or long (make chaos) count.
@@ -203,19 +202,7 @@ func runScenario(t *testing.T, sc scenario) {
 	}
 	ns := newNamespace(t, c)
 	lockName := "counter"
-	ctx := context.Background()
-	lk := testutil.MakeLock(lockName, ns).LeaseDuration(sc.ttl).Obj()
-	if err := c.k8sClient.Create(ctx, lk); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, time.Minute, "the lock's Lease", func() bool {
-		_, err := c.clientset.CoordinationV1().Leases(ns).Get(ctx, lockName, metav1.GetOptions{})
-		return err == nil
-	})
-	history, err := testutil.WatchLeaseHistory(ctx, c.clientset, ns, lockName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	history := createLockWithHistory(t, c, ns, lockName, sc.ttl)
 	defer history.Stop()
 	r := &runState{c: c, ns: ns, lock: lockName, ledger: newLedger(), history: history}
 	defer r.ledger.srv.Close()
