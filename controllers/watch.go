@@ -45,7 +45,8 @@ func (r *DistributedLockReconciler) leaseEvents() handler.EventHandler {
 }
 
 // routineWrite reports whether cur differs from old only by a renewal
-// (renewTime) or a change of the queue of waiters.
+// (renewTime) or a change of the queue of waiters (its annotation and
+// front labels).
 func routineWrite(old, cur *coordinationv1.Lease) bool {
 	return equality.Semantic.DeepEqual(withoutRoutine(old), withoutRoutine(cur))
 }
@@ -58,6 +59,14 @@ func withoutRoutine(l *coordinationv1.Lease) *coordinationv1.Lease {
 	delete(out.Annotations, lease.QueueAnnotation)
 	if len(out.Annotations) == 0 {
 		out.Annotations = nil
+	}
+	for key := range out.Labels {
+		if lease.IsFrontLabel(key) { // they name the queue's front
+			delete(out.Labels, key)
+		}
+	}
+	if len(out.Labels) == 0 {
+		out.Labels = nil
 	}
 	return out
 }

@@ -9,16 +9,21 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"sync"
 	"text/tabwriter"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/internal/localrun"
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 )
 
@@ -193,19 +198,67 @@ func measureUncontended(ctx context.Context, cs kubernetes.Interface, env *local
 }
 
 // measureHandoff keeps one holder and `waiters` clients of the library
-// blocked in Acquire on lock name (see handoff).
+// blocked in Acquire on lock name (see handoff), measured once every
+// waiter has joined the queue (as a watch of the Lease sees it); the
+// handoffs before that, while the crowd was still registering, are a row
+// of their own.
 func measureHandoff(ctx context.Context, cs kubernetes.Interface, env *localrun.Environment, name string, waiters, handoffs int) ([]Row, error) {
 	dyn, err := dynamicFor(env)
 	if err != nil {
 		return nil, err
 	}
-	h, err := handoff(ctx, frontdeskSystem{cs: cs, dyn: dyn}, name, waiters, handoffs)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := cs.CoordinationV1().Leases(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	joined := &joinedQueue{seen: map[string]bool{}}
+	go joined.follow(w, waiters)
+	h, err := handoff(ctx, frontdeskSystem{cs: cs, dyn: dyn}, name, waiters, handoffs, func() bool { return joined.count() >= waiters })
 	if err != nil {
 		return nil, err
 	}
 	h.fromDone.Name = fmt.Sprintf("handoff, %d waiters: Release returned → next holds", waiters)
 	h.fromStart.Name = fmt.Sprintf("handoff, %d waiters: Release called → next holds", waiters)
-	return []Row{h.fromDone, h.fromStart}, nil
+	rows := []Row{h.fromDone, h.fromStart}
+	if len(h.arriving.Samples) > 0 {
+		h.arriving.Name = fmt.Sprintf("handoff, %d waiters still queueing: Release called → next holds", waiters)
+		rows = append(rows, h.arriving)
+	}
+	return rows, nil
+}
+
+// joinedQueue counts the identities ever seen in a Lease's queue.
+type joinedQueue struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// follow reads w until n identities have been seen, then stops it (so that
+// the measurement is not also decoding every change of the Lease).
+func (j *joinedQueue) follow(w watch.Interface, n int) {
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if l, ok := ev.Object.(*coordinationv1.Lease); ok {
+			j.mu.Lock()
+			for _, w := range lease.Queue(l) {
+				j.seen[w.Identity] = true
+			}
+			done := len(j.seen) >= n
+			j.mu.Unlock()
+			if done {
+				return
+			}
+		}
+	}
+}
+
+func (j *joinedQueue) count() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.seen)
 }
 
 func newClient(cs kubernetes.Interface, env *localrun.Environment, name, identity string) (*lock.Client, error) {

@@ -173,7 +173,7 @@ func measurePeer(ctx context.Context, sys lockSystem, opts PeersOptions, holderA
 		row.Note = "no waiting or expiry: uncontended floor only"
 		return row, nil
 	}
-	h, err := handoff(ctx, sys, "handoff", 10, opts.Handoffs)
+	h, err := handoff(ctx, sys, "handoff", 10, opts.Handoffs, nil)
 	if err != nil {
 		return row, err
 	}
@@ -225,6 +225,10 @@ func throughput(ctx context.Context, sys lockSystem, n int, d time.Duration) (fl
 // write included), to the next holder's Acquire returning.
 type handoffRows struct {
 	fromDone, fromStart Row
+	// arriving is fromStart for the handoffs before settled (see handoff):
+	// while waiters were still joining the queue. Not counted in the
+	// others.
+	arriving Row
 }
 
 // handoffHold is how long each holder keeps the lock in the handoff
@@ -233,14 +237,17 @@ const handoffHold = 100 * time.Millisecond
 
 // handoff: waiters+1 clients on lock key; each holder holds a moment
 // (handoffHold), releases, and waits for the next grant before queueing
-// again, so every handoff goes to a waiter already queued.
-func handoff(ctx context.Context, sys lockSystem, key string, waiters, handoffs int) (handoffRows, error) {
+// again, so every handoff goes to a waiter already queued. With settled
+// (nil: from the first handoff), handoffs are measured once settled
+// reports true, every waiter having joined the queue; those before it are
+// the arriving row.
+func handoff(ctx context.Context, sys lockSystem, key string, waiters, handoffs int, settled func() bool) (handoffRows, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	base := time.Now()
 	var releaseStarted, releaseDone, grants atomic.Int64 // times since base; 0 = no release yet
 	var mu sync.Mutex
-	var fromStart, fromDone []time.Duration
+	var fromStart, fromDone, arriving []time.Duration
 	errs := make(chan error, waiters+1)
 	var wg sync.WaitGroup
 	for i := range waiters + 1 {
@@ -269,10 +276,14 @@ func handoff(ctx context.Context, sys lockSystem, key string, waiters, handoffs 
 						sinceDone = max(now-time.Duration(done), 0)
 					}
 					mu.Lock()
-					fromStart = append(fromStart, now-time.Duration(started))
-					fromDone = append(fromDone, sinceDone)
-					if len(fromStart) >= handoffs {
-						cancel()
+					if settled != nil && !settled() {
+						arriving = append(arriving, now-time.Duration(started))
+					} else {
+						fromStart = append(fromStart, now-time.Duration(started))
+						fromDone = append(fromDone, sinceDone)
+						if len(fromStart) >= handoffs {
+							cancel()
+						}
 					}
 					mu.Unlock()
 				}
@@ -306,7 +317,8 @@ func handoff(ctx context.Context, sys lockSystem, key string, waiters, handoffs 
 	default:
 	}
 	n := min(len(fromStart), handoffs)
-	return handoffRows{fromDone: sorted(Row{Samples: fromDone[:n]}), fromStart: sorted(Row{Samples: fromStart[:n]})}, nil
+	return handoffRows{fromDone: sorted(Row{Samples: fromDone[:n]}), fromStart: sorted(Row{Samples: fromStart[:n]}),
+		arriving: sorted(Row{Samples: arriving})}, nil
 }
 
 // failover: a holder process takes the lock and keeps it (renewing where

@@ -37,6 +37,11 @@ type WritesRow struct {
 	// writes that succeeded, Lease writes refused with 409 Conflict, lock
 	// status writes.
 	LeaseWrites, LeaseConflicts, StatusWrites float64
+	// LeaseReads and LockReads are Lease and DistributedLock reads (GET or
+	// LIST) per unit; LeaseEvents the Lease watch events the apiserver
+	// sent per unit, to every watcher (the waiters', the controller's and
+	// the bench's own watch of the queue's order).
+	LeaseReads, LockReads, LeaseEvents float64
 	// WorstOvertaking is the largest number of waiters that registered
 	// after a waiter but were granted the lock before it (-1: not measured).
 	WorstOvertaking int
@@ -90,27 +95,70 @@ func scrapeCounter(ctx context.Context, cs kubernetes.Interface, name string, ea
 	return sc.Err()
 }
 
-// writesSince is the Lease writes, Lease conflicts and lock status writes
-// between two readings.
-func writesSince(before, after requestCounts) (leaseWrites, conflicts, statusWrites float64) {
-	for key, v := range after {
-		delta := v - before[key]
+// usage is what the apiserver served between two snapshots: Lease writes
+// that succeeded, Lease writes refused with 409 Conflict, lock status
+// writes, Lease and lock reads (GET, LIST), and Lease watch events sent
+// (to every watcher: the waiters, the controller, the bench's own watch).
+type usage struct {
+	leaseWrites, conflicts, statusWrites, leaseReads, lockReads, leaseEvents float64
+}
+
+// per is u divided by n.
+func (u usage) per(n float64) usage {
+	return usage{u.leaseWrites / n, u.conflicts / n, u.statusWrites / n, u.leaseReads / n, u.lockReads / n, u.leaseEvents / n}
+}
+
+// snapshot is the apiserver's own counters at one moment.
+type snapshot struct {
+	requests    requestCounts
+	leaseEvents float64
+}
+
+// takeSnapshot reads apiserver_request_total and apiserver_watch_events_total.
+func takeSnapshot(ctx context.Context, cs kubernetes.Interface) (snapshot, error) {
+	requests, err := readRequestCounts(ctx, cs)
+	if err != nil {
+		return snapshot{}, err
+	}
+	events, err := readWatchEvents(ctx, cs)
+	if err != nil {
+		return snapshot{}, err
+	}
+	return snapshot{requests: requests, leaseEvents: events["leases"]}, nil
+}
+
+// usageSince is what the apiserver served from before to after.
+func usageSince(before, after snapshot) usage {
+	u := usage{leaseEvents: after.leaseEvents - before.leaseEvents}
+	for key, v := range after.requests {
+		delta := v - before.requests[key]
 		verb, rest, _ := strings.Cut(key, "|")
 		resource, rest, _ := strings.Cut(rest, "|")
 		subresource, code, _ := strings.Cut(rest, "|")
-		if verb != "PUT" && verb != "PATCH" && verb != "POST" {
-			continue
-		}
+		write := verb == "PUT" || verb == "PATCH" || verb == "POST"
+		read := verb == "GET" || verb == "LIST"
+		ok := strings.HasPrefix(code, "2")
 		switch {
-		case resource == "leases" && strings.HasPrefix(code, "2"):
-			leaseWrites += delta
-		case resource == "leases" && code == "409":
-			conflicts += delta
-		case resource == "distributedlocks" && subresource == "status" && strings.HasPrefix(code, "2"):
-			statusWrites += delta
+		case resource == "leases" && write && ok:
+			u.leaseWrites += delta
+		case resource == "leases" && write && code == "409":
+			u.conflicts += delta
+		case resource == "distributedlocks" && subresource == "status" && write && ok:
+			u.statusWrites += delta
+		case resource == "leases" && read:
+			u.leaseReads += delta
+		case resource == "distributedlocks" && read:
+			u.lockReads += delta
 		}
 	}
-	return leaseWrites, conflicts, statusWrites
+	return u
+}
+
+// row is a WritesRow of usage u per unit.
+func row(scenario, per string, n int, u usage, worstOvertaking int) WritesRow {
+	return WritesRow{Scenario: scenario, Per: per, N: n, LeaseWrites: u.leaseWrites, LeaseConflicts: u.conflicts,
+		StatusWrites: u.statusWrites, LeaseReads: u.leaseReads, LockReads: u.lockReads, LeaseEvents: u.leaseEvents,
+		WorstOvertaking: worstOvertaking}
 }
 
 // measureRenewalWrites holds lock name with a client renewing every 200ms
@@ -134,13 +182,13 @@ func measureRenewalWrites(ctx context.Context, cs kubernetes.Interface, newClien
 	defer g.Release(context.Background())
 	time.Sleep(time.Second) // the grant's own writes and status settle before counting
 	renewals := func() float64 { return counterValue(reg, "frontdesk_client_renewals_total") }
-	before, renewedBefore := readRequestCounts(ctx, cs)
+	before, renewedBefore := takeSnapshot(ctx, cs)
 	r0 := renewals()
 	if renewedBefore != nil {
 		return WritesRow{}, renewedBefore
 	}
 	time.Sleep(window)
-	after, err := readRequestCounts(ctx, cs)
+	after, err := takeSnapshot(ctx, cs)
 	if err != nil {
 		return WritesRow{}, err
 	}
@@ -148,9 +196,7 @@ func measureRenewalWrites(ctx context.Context, cs kubernetes.Interface, newClien
 	if n == 0 {
 		return WritesRow{}, fmt.Errorf("no renewal in %s", window)
 	}
-	lw, cf, sw := writesSince(before, after)
-	return WritesRow{Scenario: "holding the lock (renewing every 200ms)", Per: "renewal", N: int(n),
-		LeaseWrites: lw / n, LeaseConflicts: cf / n, StatusWrites: sw / n, WorstOvertaking: -1}, nil
+	return row("holding the lock (renewing every 200ms)", "renewal", int(n), usageSince(before, after).per(n), -1), nil
 }
 
 // counterValue is the sum of a counter's values gathered from reg.
@@ -227,7 +273,7 @@ func measureGrantWrites(ctx context.Context, cs kubernetes.Interface, newClient 
 	for order.queued() < waiters && ctx.Err() == nil { // every waiter in the queue
 		time.Sleep(5 * time.Millisecond)
 	}
-	before, err := readRequestCounts(ctx, cs)
+	before, err := takeSnapshot(ctx, cs)
 	if err != nil {
 		return WritesRow{}, err
 	}
@@ -236,7 +282,7 @@ func measureGrantWrites(ctx context.Context, cs kubernetes.Interface, newClient 
 		time.Sleep(5 * time.Millisecond)
 	}
 	counting.Store(false)
-	after, err := readRequestCounts(ctx, cs)
+	after, err := takeSnapshot(ctx, cs)
 	if err != nil {
 		return WritesRow{}, err
 	}
@@ -246,9 +292,7 @@ func measureGrantWrites(ctx context.Context, cs kubernetes.Interface, newClient 
 		return WritesRow{}, err
 	default:
 	}
-	lw, cf, sw := writesSince(before, after)
-	return WritesRow{Scenario: fmt.Sprintf("grants, %d waiters queued", waiters), Per: "grant", N: int(n),
-		LeaseWrites: lw / n, LeaseConflicts: cf / n, StatusWrites: sw / n, WorstOvertaking: order.worst()}, nil
+	return row(fmt.Sprintf("grants, %d waiters queued", waiters), "grant", int(n), usageSince(before, after).per(n), order.worst()), nil
 }
 
 // holdForWrites is how long each holder keeps the lock while writes are
@@ -319,15 +363,16 @@ func (a *arrivalOrder) worst() int {
 }
 
 func printWrites(out io.Writer, rows []WritesRow) {
-	fmt.Fprintf(out, "\nwrites to the apiserver, counted by the apiserver (apiserver_request_total)\n\n")
+	fmt.Fprintf(out, "\nrequests to the apiserver, counted by the apiserver (apiserver_request_total, apiserver_watch_events_total)\n\n")
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(w, "scenario\tper\tn\tLease writes\tLease 409s\tstatus writes\tworst overtaking\t")
+	fmt.Fprintln(w, "scenario\tper\tn\tLease writes\tLease 409s\tstatus writes\tLease reads\tlock reads\tLease watch events\tworst overtaking\t")
 	for _, r := range rows {
 		over := "-"
 		if r.WorstOvertaking >= 0 {
 			over = strconv.Itoa(r.WorstOvertaking)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t%s\t\n", r.Scenario, r.Per, r.N, r.LeaseWrites, r.LeaseConflicts, r.StatusWrites, over)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t%s\t\n", r.Scenario, r.Per, r.N,
+			r.LeaseWrites, r.LeaseConflicts, r.StatusWrites, r.LeaseReads, r.LockReads, r.LeaseEvents, over)
 	}
 	_ = w.Flush()
 }

@@ -32,6 +32,9 @@ func Holder(l *coordinationv1.Lease) string {
 
 // Grant is current granted to identity: the next fencing token, fresh
 // acquire and renew times, and the given lease duration, in one write.
+// Grant, Renew and Release also set the queue's front labels afresh (see
+// FrontLabelPrefix), repairing them if a client that does not set them
+// wrote the queue last.
 func Grant(current *coordinationv1.Lease, identity string, duration time.Duration, now time.Time) (*coordinationv1.Lease, error) {
 	next, err := nextToken(current)
 	if err != nil {
@@ -44,7 +47,7 @@ func Grant(current *coordinationv1.Lease, identity string, duration time.Duratio
 	l.Spec.LeaseTransitions = ptr.To(next)
 	l.Spec.LeaseDurationSeconds = ptr.To(durationSeconds(duration))
 	l.Spec.AcquireTime, l.Spec.RenewTime = &t, ptr.To(t)
-	return l, nil
+	return relabelFront(l), nil
 }
 
 // Renew is current with its renew time moved to now and the given lease
@@ -53,7 +56,7 @@ func Renew(current *coordinationv1.Lease, duration time.Duration, now time.Time)
 	l := current.DeepCopy()
 	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
 	l.Spec.LeaseDurationSeconds = ptr.To(durationSeconds(duration))
-	return l
+	return relabelFront(l)
 }
 
 // Release is current with no holder and no times; the token is unchanged,
@@ -63,7 +66,7 @@ func Release(current *coordinationv1.Lease) *coordinationv1.Lease {
 	forgetHandOff(l)
 	l.Spec.HolderIdentity = nil
 	l.Spec.AcquireTime, l.Spec.RenewTime = nil, nil
-	return l
+	return relabelFront(l)
 }
 
 // Break is current released with its token raised by one, in the same

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // The waiters of a lock queue up on its Lease, in an annotation, so that the
@@ -35,6 +37,18 @@ const (
 	// holder and token alone do not tell its grant from one that another
 	// process sharing its identity wrote with the same next token.
 	GrantNonceAnnotation = "locks.frontdesk.dev/grant-nonce"
+	// FrontLabelPrefix starts the key of a label that every write of the
+	// queue sets for each of its first FrontLength waiters: the prefix and
+	// the waiter's ticket (none for a ticket that cannot be a label name).
+	// A waiter further back watches the Lease with a selector on its own
+	// key (FrontSelector) and hears of nothing until it moves up to the
+	// front, instead of decoding every renewal and registration. The
+	// labels only wake waiters: nobody judges a grant by them.
+	FrontLabelPrefix = "front.locks.frontdesk.dev/"
+	// FrontLength is how many waiters at the front of the queue watch every
+	// change of the Lease: the head, which takes the lock up, and the one
+	// behind it, whose turn comes next if the head is dead.
+	FrontLength = 2
 	// MaxQueue bounds the queue, to keep the Lease small: a waiter that
 	// finds it full waits unregistered, behind everyone registered.
 	MaxQueue = 1000
@@ -156,10 +170,23 @@ func TurnLength(leaseDuration time.Duration) time.Duration {
 	return max(leaseDuration/10, 500*time.Millisecond)
 }
 
+// FrontSelector is the label selector that matches the Lease while the
+// waiter with ticket is among the first FrontLength of its queue.
+func FrontSelector(ticket string) string {
+	return FrontLabelPrefix + ticket
+}
+
+// IsFrontLabel reports whether a label key is one of the queue's front
+// labels.
+func IsFrontLabel(key string) bool {
+	return strings.HasPrefix(key, FrontLabelPrefix)
+}
+
 // withQueue is current with its queue annotation set to q (removed when q
-// is empty).
+// is empty), and the front labels naming q's first waiters.
 func withQueue(current *coordinationv1.Lease, q []Waiter) (*coordinationv1.Lease, error) {
 	l := current.DeepCopy()
+	labelFront(l, q)
 	if len(q) == 0 {
 		delete(l.Annotations, QueueAnnotation)
 		return l, nil
@@ -173,4 +200,35 @@ func withQueue(current *coordinationv1.Lease, q []Waiter) (*coordinationv1.Lease
 	}
 	l.Annotations[QueueAnnotation] = string(raw)
 	return l, nil
+}
+
+// labelFront sets on l the front labels of q's first FrontLength waiters,
+// and removes any other.
+func labelFront(l *coordinationv1.Lease, q []Waiter) {
+	for key := range l.Labels {
+		if IsFrontLabel(key) {
+			delete(l.Labels, key)
+		}
+	}
+	for _, w := range q[:min(len(q), FrontLength)] {
+		key := FrontLabelPrefix + w.Ticket
+		if len(validation.IsQualifiedName(key)) > 0 {
+			continue
+		}
+		if l.Labels == nil {
+			l.Labels = map[string]string{}
+		}
+		l.Labels[key] = "true"
+	}
+	if len(l.Labels) == 0 {
+		l.Labels = nil
+	}
+}
+
+// relabelFront is l with its front labels derived again from its queue: a
+// client that does not set them (an older version) may have written the
+// queue last.
+func relabelFront(l *coordinationv1.Lease) *coordinationv1.Lease {
+	labelFront(l, Queue(l))
+	return l
 }

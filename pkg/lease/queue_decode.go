@@ -7,9 +7,10 @@ import (
 	"unicode/utf8"
 )
 
-// Every waiter judges every change of the Lease it waits on, so reading the
-// queue is on the path of every hand-off, in every waiter at once: with a
-// few hundred waiters, encoding/json's reflection-driven decoder (about
+// The waiters at the front of the queue judge every change of the Lease
+// they wait on (and, before only the front watched every change, every
+// waiter did), so reading the queue is on the path of every hand-off: with
+// a few hundred waiters, encoding/json's reflection-driven decoder (about
 // 0.3 ms for 200 entries) made the hand-off wait for the whole herd's CPU.
 // The queue is written only by json.Marshal of []Waiter, whose output has
 // one exact shape; decodeQueue reads that shape directly and hands anything

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,5 +125,78 @@ func TestTurnsLetTheHeadGoFirst(t *testing.T) {
 		if got := Turn(c.position, c.lease); got != c.want {
 			t.Errorf("Turn(%d, %s) = %s, want %s", c.position, c.lease, got, c.want)
 		}
+	}
+}
+
+// front is the tickets the Lease's front labels name, sorted.
+func front(l *coordinationv1.Lease) []string {
+	var out []string
+	for key := range l.Labels {
+		if IsFrontLabel(key) {
+			out = append(out, strings.TrimPrefix(key, FrontLabelPrefix))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Every edit of the queue, and every grant, renewal and release, leaves
+// front labels on exactly the first FrontLength waiters, so a waiter
+// watching with FrontSelector hears of the Lease when it moves up to the
+// front; a ticket that cannot be a label name gets none.
+func TestEveryEditLabelsTheFrontOfTheQueue(t *testing.T) {
+	now := time.Date(2026, 12, 3, 18, 0, 0, 0, time.UTC)
+	queued := mustEnqueue(t, heldLease("a", 4), Waiter{Identity: "b", Ticket: "tb"}, Waiter{Identity: "c", Ticket: "tc"},
+		Waiter{Identity: "d", Ticket: "td"})
+	// stale: the queue as a client that does not set the labels left it
+	// (the head and the next were dequeued, the labels kept).
+	stale := queued.DeepCopy()
+	stale.Annotations[QueueAnnotation] = `[{"id":"d","t":"td"}]`
+	for _, tc := range []struct {
+		name      string
+		from      *coordinationv1.Lease
+		edit      func(*coordinationv1.Lease) (*coordinationv1.Lease, error)
+		wantFront []string
+	}{
+		{"registering at the back", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+			return Enqueue(l, Waiter{Identity: "e", Ticket: "te"})
+		}, []string{"tb", "tc"}},
+		{"registering ahead of everyone", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+			return Enqueue(l, Waiter{Identity: "vip", Ticket: "tv", Priority: 9})
+		}, []string{"tb", "tv"}},
+		{"the head leaving", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) { return Dequeue(l, "tb") }, []string{"tc", "td"}},
+		{"a grant skipping the head", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) { return DequeueThrough(l, "tc") }, []string{"td"}},
+		{"a hand-off to the head", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+			out, _, _, err := HandOff(l, "a", time.Second, now)
+			return out, err
+		}, []string{"tc", "td"}},
+		{"everyone leaving", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) { return Dequeue(l, "tb", "tc", "td") }, nil},
+		{"a ticket that is no label name", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+			return Enqueue(l, Waiter{Identity: "odd", Ticket: "not a label name!", Priority: 9})
+		}, []string{"tb"}},
+		{"a renewal repairs stale labels", stale, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+			return Renew(l, time.Second, now), nil
+		}, []string{"td"}},
+		{"a grant repairs stale labels", stale, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+			return Grant(Release(l), "x", time.Second, now)
+		}, []string{"td"}},
+		{"a break repairs stale labels", stale, Break, []string{"td"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := front(tc.from)
+			out, err := tc.edit(tc.from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := front(out); !slices.Equal(got, tc.wantFront) {
+				t.Errorf("front labels %v, want %v", got, tc.wantFront)
+			}
+			if !slices.Equal(front(tc.from), before) {
+				t.Errorf("the edit changed the Lease it started from: %v", tc.from.Labels)
+			}
+		})
+	}
+	if sel := FrontSelector("tb"); sel != FrontLabelPrefix+"tb" {
+		t.Errorf("FrontSelector: %q", sel)
 	}
 }

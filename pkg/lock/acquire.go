@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"time"
@@ -12,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
@@ -37,12 +40,34 @@ const maxWriteAttempts = lease.MaxQueue + 25
 // brings the winner's write next.
 var errContended = errors.New("lost a compare-and-swap race")
 
+// errReadFailed: a waiting caller's read of the Lease failed in a way that
+// passes (see passingReadError); it waits on rather than leave the queue.
+var errReadFailed = errors.New("reading the Lease failed for a moment")
+
+// passingReadError reports whether a failed read is one that passes by
+// itself: the apiserver timed out, was overloaded (429, 5xx) or the
+// connection broke or timed out; never when the caller's ctx has ended, and
+// never an error that retrying cannot mend (a refusal, bad credentials).
+func passingReadError(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		code := status.Status().Code
+		return code >= 500 || code == http.StatusTooManyRequests || code == http.StatusRequestTimeout
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		utilnet.IsTimeout(err) || utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) ||
+		utilnet.IsConnectionRefused(err) || utilnet.IsHTTP2ConnectionLost(err)
+}
+
 // candidate is a copy of the Lease to judge, and where it came from.
 type candidate struct {
 	lease *coordinationv1.Lease
-	// fromWatch: the copy arrived in a watch event, so its record has just
-	// changed (and no observer, the controller included, can have seen it
-	// lapse yet).
+	// fromWatch: the copy arrived in an event of a watch of every change,
+	// so its record has most likely just changed, and the controller is not
+	// asked whether it saw it lapse (asking is only a shortcut).
 	fromWatch bool
 	// verified: the copy is a fresh read or a watch event, not a copy
 	// remembered from an earlier call.
@@ -57,6 +82,31 @@ type waitHint struct {
 	// judged is the copy the attempt decided on, to judge again when the
 	// deadline passes with no change.
 	judged candidate
+	// behindFront: the caller waits in the queue behind its first
+	// lease.FrontLength waiters, so it needs to hear of the Lease only when
+	// it moves up to the front (see leaseWatch), and reads it afresh at the
+	// deadline, which is at most maxRecheck away (waitBehindFront).
+	behindFront bool
+}
+
+// maxRecheck bounds how long a waiter behind the front of the queue goes
+// without reading the Lease: at most a lease duration, and at most this.
+const maxRecheck = 30 * time.Second
+
+// waitBehindFront makes h the hint of a caller behind the front of the
+// queue. Its watch hears of nothing else, so it also reads the Lease at
+// least once per lease duration (or maxRecheck, if shorter), at a random
+// moment in the last quarter of that, so that waiters who registered
+// together do not read together: what a scoped watch does not bring (the
+// Lease deleted and created again, a queue written by a client that does
+// not label its front) costs it at most that long.
+func (h *waitHint) waitBehindFront(now time.Time, duration time.Duration) {
+	h.behindFront = true
+	recheck := min(duration, maxRecheck)
+	recheck -= time.Duration(rand.Int64N(int64(recheck/4) + 1))
+	if at := now.Add(recheck); at.Before(h.deadline) {
+		h.deadline = at
+	}
 }
 
 // TryAcquire makes one attempt to take the lock. When another holder has it,
@@ -95,9 +145,13 @@ func (c *Client) countAcquire(start time.Time, err *error) {
 // Config.Priority): the holder's Release hands the lock to the head of the
 // queue in the same write, and when the lock falls free otherwise only the
 // head tries at once (see lease.Turn). Waiting is event-driven: one watch of
-// the Lease wakes it on every change, and a timer at the next deadline
-// (observed expiry, or this waiter's turn); nothing polls. A caller that
-// gives up leaves the queue.
+// the Lease wakes it (on every change for the first lease.FrontLength
+// waiters; only on moving up to them for a waiter further back, see
+// leaseWatch), and a timer at the next deadline (observed expiry, or this
+// waiter's turn; a waiter behind the front reads the Lease afresh then, at
+// least once per lease duration or maxRecheck). A caller that gives up
+// leaves the queue; a read that fails for a moment (a timeout, a 5xx) does
+// not make it give up.
 // Like TryAcquire it starts from a fresh read of the DistributedLock.
 func (c *Client) Acquire(ctx context.Context) (_ *Grant, err error) {
 	defer c.countAcquire(c.cfg.Clock.Now(), &err)
@@ -105,16 +159,16 @@ func (c *Client) Acquire(ctx context.Context) (_ *Grant, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &leaseWatch{client: c, name: info.leaseName}
-	defer w.stop()
 	p := &place{ticket: newTicket(), waiting: true}
+	w := &leaseWatch{client: c, name: info.leaseName, ticket: p.ticket}
+	defer w.stop()
 	next := candidate{lease: c.remembered(info.leaseName)}
 	for {
 		g, hint, err := c.attempt(ctx, &info, next, p)
 		if err == nil {
 			return g, nil
 		}
-		if !errors.Is(err, ErrHeld) && !errors.Is(err, ErrLeaseUnavailable) && !errors.Is(err, errContended) {
+		if !errors.Is(err, ErrHeld) && !errors.Is(err, ErrLeaseUnavailable) && !errors.Is(err, errContended) && !errors.Is(err, errReadFailed) {
 			c.leaveQueue(info, p)
 			return nil, err
 		}
@@ -199,6 +253,12 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 		if cand.lease == nil {
 			l, err := c.readLease(ctx, info.leaseName)
 			if err != nil {
+				if p.waiting && passingReadError(ctx, err) {
+					// A waiter keeps its place and waits on (its watch, or
+					// another read).
+					c.logger(ctx).Info("reading the lock's Lease failed; waiting on", "lock", c.LockName(), "err", err)
+					err = fmt.Errorf("%w: %w", errReadFailed, err)
+				}
 				return nil, waitHint{deadline: c.cfg.Clock.Now().Add(info.duration)}, err
 			}
 			cand = candidate{lease: l, verified: true}
@@ -246,6 +306,7 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 				switch {
 				case err == nil:
 					hint.resourceVersion, hint.judged = registered.ResourceVersion, candidate{lease: registered, verified: true}
+					position = lease.Position(registered, p.ticket)
 				case apierrors.IsConflict(err):
 					cand = candidate{}
 					continue
@@ -259,6 +320,9 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 				if next := c.refreshHandOffWindow(ctx, info, p); next.Before(hint.deadline) {
 					hint.deadline = next
 				}
+			}
+			if p.waiting && position >= lease.FrontLength {
+				hint.waitBehindFront(c.cfg.Clock.Now(), info.duration)
 			}
 			return nil, hint, held
 		}
@@ -336,7 +400,9 @@ func (c *Client) heldOrQueued(ctx context.Context, obs lease.Observation, info l
 		position = queueLength
 	}
 	turn := lease.Turn(position, info.duration)
-	held, freeSince := c.heldByOther(ctx, obs, info, now, fromWatch)
+	// The controller's view can only let a caller whose turn is now try
+	// (a lapse it saw counts from now), so only such a caller asks.
+	held, freeSince := c.heldByOther(ctx, obs, info, now, !fromWatch && turn == 0)
 	if held != nil {
 		held.Ahead = position
 		return held, held.FreeAt.Add(turn)
@@ -583,11 +649,10 @@ func (c *Client) lockRecreated(ctx context.Context, l *coordinationv1.Lease, inf
 
 // heldByOther reports whether a holder's grant is still live, and if not
 // since when the lock has been free as observed here. A grant is live until
-// this client has seen the same record for the lease duration, unless the
-// controller, which may have been watching longer, already reports this
-// very record Expired (not asked for records a watch event just brought:
-// they changed a moment ago).
-func (c *Client) heldByOther(ctx context.Context, obs lease.Observation, info lockInfo, now time.Time, fromWatch bool) (*HeldError, time.Time) {
+// this client has seen the same record for the lease duration, unless
+// askController and the controller, which may have been watching longer,
+// already reports this very record Expired.
+func (c *Client) heldByOther(ctx context.Context, obs lease.Observation, info lockInfo, now time.Time, askController bool) (*HeldError, time.Time) {
 	rec := obs.Record
 	if rec.Holder == "" {
 		return nil, obs.ObservedAt
@@ -595,7 +660,7 @@ func (c *Client) heldByOther(ctx context.Context, obs lease.Observation, info lo
 	if deadline := obs.Deadline(info.duration); !now.Before(deadline) {
 		return nil, deadline
 	}
-	if !fromWatch {
+	if askController {
 		if _, lock, err := c.resolve(ctx, true); err == nil && controllerSawExpiry(lock, rec) {
 			return nil, now
 		}

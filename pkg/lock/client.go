@@ -94,9 +94,9 @@ type lockInfo struct {
 var distributedLocks = locksv1alpha1.GroupVersion.WithResource("distributedlocks")
 
 // New returns a client for the lock named in cfg. Leases are read, written
-// and watched in protobuf, the apiserver's cheapest encoding (waiters decode
-// every change of the Lease while they wait); the DistributedLock, a custom
-// resource, in JSON.
+// and watched in protobuf, the apiserver's cheapest encoding (the waiters at
+// the front of the queue decode every change of the Lease while they wait);
+// the DistributedLock, a custom resource, in JSON.
 func New(restConfig *rest.Config, cfg Config) (*Client, error) {
 	cs, err := kubernetes.NewForConfig(ProtobufConfig(restConfig))
 	if err != nil {

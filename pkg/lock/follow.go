@@ -43,7 +43,7 @@ func (g *Grant) follow(fromVersion string) {
 	version := fromVersion
 	for ctx.Err() == nil {
 		opened := clk.Now()
-		w, err := g.client.watchLease(ctx, g.info.leaseName, version)
+		w, err := g.client.watchLease(ctx, g.info.leaseName, version, "")
 		if err == nil {
 			version = g.drain(ctx, w, version)
 			w.Stop()

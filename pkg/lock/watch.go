@@ -2,24 +2,49 @@ package lock
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
 // watchRetryDelay is how long a waiter backs off when it cannot open a
-// watch, before reading the Lease again.
+// watch, before reading the Lease again; it doubles with every failure in a
+// row, up to maxRecheck (see watchRetryBackoff).
 const watchRetryDelay = time.Second
 
+// watchRetryBackoff is how long to back off after failures watches in a
+// row could not be opened: watchRetryDelay doubled for each failure after
+// the first, at most maxRecheck, less a random quarter so that waiters
+// cut off together (an apiserver restarting) do not come back together.
+func watchRetryBackoff(failures int) time.Duration {
+	d := min(watchRetryDelay<<min(max(failures-1, 0), 6), maxRecheck)
+	return d - time.Duration(rand.Int64N(int64(d/4)+1))
+}
+
 // leaseWatch is the one watch an Acquire call keeps on its Lease. It is
-// opened at the first wait and reopened only when the server ends it.
+// opened at the first wait, reopened when the server ends it, and narrowed
+// or widened as the caller moves in the queue: a waiter behind the front
+// of the queue (its first lease.FrontLength waiters) watches the Lease only
+// for the moment it moves up to the front (lease.FrontSelector on its
+// ticket), so that a renewal or a registration reaches the front alone
+// instead of every waiter; the front, and a caller outside the queue,
+// watch every change.
 type leaseWatch struct {
 	client *Client
 	name   string
+	// ticket is the caller's place in the queue ("" when it has none).
+	ticket string
 	w      watch.Interface
+	// scoped: w watches only for the Lease naming ticket at the front.
+	scoped bool
+	// failures counts the watches in a row that could not be opened.
+	failures int
 }
 
 // next waits for the Lease's next change, the hint's deadline, or the end of
@@ -29,12 +54,22 @@ func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error
 	clk := lw.client.cfg.Clock
 	timer := clk.NewTimer(max(hint.deadline.Sub(clk.Now()), time.Millisecond))
 	defer timer.Stop()
+	scoped := hint.behindFront && lw.ticket != ""
+	if lw.w != nil && lw.scoped != scoped {
+		lw.stop()
+	}
 	if lw.w == nil {
-		w, err := lw.client.watchLease(ctx, lw.name, hint.resourceVersion)
+		selector := ""
+		if scoped {
+			selector = lease.FrontSelector(lw.ticket)
+		}
+		w, err := lw.client.watchLease(ctx, lw.name, hint.resourceVersion, selector)
 		if err != nil {
 			// No watch (the resourceVersion may be too old, or watching is
-			// not allowed): back off, then read afresh.
-			backoff := clk.NewTimer(watchRetryDelay)
+			// not allowed, or the apiserver is away): back off, then read
+			// afresh.
+			lw.failures++
+			backoff := clk.NewTimer(watchRetryBackoff(lw.failures))
 			defer backoff.Stop()
 			select {
 			case <-ctx.Done():
@@ -44,20 +79,31 @@ func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error
 			}
 			return candidate{}, nil
 		}
-		lw.w = w
+		lw.w, lw.scoped, lw.failures = w, scoped, 0
 	}
 	select {
 	case <-ctx.Done():
 		return candidate{}, ctx.Err()
 	case <-timer.C():
+		if lw.scoped {
+			// A scoped watch hears of no renewal: read afresh.
+			return candidate{}, nil
+		}
 		// Nothing changed until the deadline: judge the same copy again,
 		// now past its observed expiry.
 		return hint.judged, nil
 	case ev, ok := <-lw.w.ResultChan():
 		if l, isLease := ev.Object.(*coordinationv1.Lease); ok && isLease && (ev.Type == watch.Added || ev.Type == watch.Modified) {
 			lw.client.remember(l)
-			return candidate{lease: l, fromWatch: true, verified: true}, nil
+			// A scoped watch brings the Lease when the caller reaches the
+			// front, whenever its record last changed.
+			return candidate{lease: l, fromWatch: !lw.scoped, verified: true}, nil
 		}
+		// Anything else is read afresh. Never judge a DELETED event's
+		// object: when the Lease stops matching a scoped watch's selector,
+		// the apiserver sends its content before the change under the
+		// change's resourceVersion, a copy that never existed (a grant
+		// compare-and-swapped on it would overwrite the change).
 		if !ok || ev.Type == watch.Error {
 			lw.stop()
 		}
@@ -67,10 +113,12 @@ func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error
 }
 
 // watchLease watches the Lease name from resourceVersion ("" for its
-// current state).
-func (c *Client) watchLease(ctx context.Context, name, resourceVersion string) (watch.Interface, error) {
+// current state), every change of it, or only while it matches the label
+// selector (when not "").
+func (c *Client) watchLease(ctx context.Context, name, resourceVersion, labelSelector string) (watch.Interface, error) {
 	return c.leases.Watch(ctx, metav1.ListOptions{
 		FieldSelector:   fields.OneTermEqualSelector("metadata.name", name).String(),
+		LabelSelector:   labelSelector,
 		ResourceVersion: resourceVersion,
 	})
 }
