@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
@@ -94,11 +95,19 @@ func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, []WritesRow, 
 		return nil, nil, err
 	}
 
-	raw, err := measureRawCAS(ctx, cs, "raw", opts.Iterations)
+	raw, err := measureRawCAS(ctx, cs, "raw", opts.Iterations, 0)
 	if err != nil {
 		return nil, nil, err
 	}
 	rows := []Row{raw}
+	if most := slices.Max(opts.Waiters); most > 1 {
+		// What the Lease's size alone costs a write at the most waiters.
+		rawQueued, err := measureRawCAS(ctx, cs, "raw", opts.Iterations, most)
+		if err != nil {
+			return nil, nil, err
+		}
+		rows = append(rows, rawQueued)
+	}
 	lib, err := measureUncontended(ctx, cs, env, "library", opts.Iterations)
 	if err != nil {
 		return nil, nil, err
@@ -146,12 +155,22 @@ func measureWrites(ctx context.Context, cs kubernetes.Interface, env *localrun.E
 }
 
 // measureRawCAS times client-go Lease Updates carrying the resourceVersion
-// of the previous write: the floor every lock operation stands on.
-func measureRawCAS(ctx context.Context, cs kubernetes.Interface, name string, n int) (Row, error) {
+// of the previous write: the floor every lock operation stands on. With
+// queued > 0 the Lease first gets a queue of that many waiters (the size a
+// Lease has with that many waiting), and loses it after.
+func measureRawCAS(ctx context.Context, cs kubernetes.Interface, name string, n, queued int) (Row, error) {
 	leases := cs.CoordinationV1().Leases(namespace)
 	l, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return Row{}, fmt.Errorf("reading lease %s: %w", name, err)
+	}
+	rowName := "raw Lease CAS update (client-go)"
+	if queued > 0 {
+		rowName = fmt.Sprintf("raw Lease CAS update, Lease carrying a queue of %d", queued)
+		if l, err = writeQueue(ctx, leases, l, queued); err != nil {
+			return Row{}, err
+		}
+		defer func() { _, _ = writeQueue(context.Background(), leases, l, 0) }()
 	}
 	samples := make([]time.Duration, 0, n)
 	for i := range n + n/10 {
@@ -164,7 +183,31 @@ func measureRawCAS(ctx context.Context, cs kubernetes.Interface, name string, n 
 			samples = append(samples, time.Since(start))
 		}
 	}
-	return sorted(Row{Name: "raw Lease CAS update (client-go)", Samples: samples}), nil
+	return sorted(Row{Name: rowName, Samples: samples}), nil
+}
+
+// writeQueue replaces l's queue with n waiters shaped like the library's
+// (identity and a 16-hex-digit ticket), or removes it.
+func writeQueue(ctx context.Context, leases coordinationclient.LeaseInterface, l *coordinationv1.Lease, n int) (*coordinationv1.Lease, error) {
+	var tickets []string
+	for _, w := range lease.Queue(l) {
+		tickets = append(tickets, w.Ticket)
+	}
+	out, err := lease.Dequeue(l, tickets...)
+	for i := range n {
+		if err != nil {
+			break
+		}
+		out, err = lease.Enqueue(out, lease.Waiter{Identity: fmt.Sprintf("waiter-%d", i), Ticket: fmt.Sprintf("%016x", i+1)})
+	}
+	if err != nil {
+		return nil, err
+	}
+	updated, err := leases.Update(ctx, out, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("writing a queue of %d to lease %s: %w", n, l.Name, err)
+	}
+	return updated, nil
 }
 
 // measureUncontended times one client acquiring and releasing in a loop.
