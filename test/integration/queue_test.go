@@ -8,6 +8,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
@@ -47,23 +48,41 @@ type acquireResult struct {
 	validUntil time.Time
 }
 
-// queueGhost puts a waiter in the Lease's queue that will never take its
-// turn, as a waiter SIGKILLed right after it registered leaves behind.
-func queueGhost(t *testing.T, ns, name, identity string) {
-	t.Helper()
-	g := NewWithT(t)
+// editLease writes edit's version of the Lease (a read, then a
+// compare-and-swap, retried on conflicts for up to 5 s) and returns what
+// was written. An edit that returns a StopTrying error fails at once.
+func editLease(g Gomega, ns, name string, edit func(*coordinationv1.Lease) (*coordinationv1.Lease, error)) *coordinationv1.Lease {
+	var written *coordinationv1.Lease
 	g.Eventually(func() error {
 		l, err := clientset.CoordinationV1().Leases(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		queued, err := lease.Enqueue(l, lease.Waiter{Identity: identity, Ticket: "ghost-" + identity})
+		edited, err := edit(l)
 		if err != nil {
 			return err
 		}
-		_, err = clientset.CoordinationV1().Leases(ns).Update(context.Background(), queued, metav1.UpdateOptions{})
+		written, err = clientset.CoordinationV1().Leases(ns).Update(context.Background(), edited, metav1.UpdateOptions{})
 		return err
 	}).WithTimeout(5 * time.Second).Should(Succeed())
+	return written
+}
+
+// queueGhost puts a waiter in the Lease's queue that will never take its
+// turn, as a waiter SIGKILLed right after it registered leaves behind.
+func queueGhost(t *testing.T, ns, name, identity string) {
+	t.Helper()
+	editLease(NewWithT(t), ns, name, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+		return lease.Enqueue(l, lease.Waiter{Identity: identity, Ticket: "ghost-" + identity})
+	})
+}
+
+// grantSilently writes a grant to holder that nobody will renew, as a
+// holder that goes silent right after its grant leaves behind.
+func grantSilently(g Gomega, ns, name, holder string, duration time.Duration) *coordinationv1.Lease {
+	return editLease(g, ns, name, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+		return lease.Grant(l, holder, duration, time.Now())
+	})
 }
 
 // Waiters get the lock in the order they queued, each from a release that
@@ -199,19 +218,7 @@ func TestTryAcquireDoesNotJumpTheQueue(t *testing.T) {
 	const leaseSeconds = 2
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(leaseSeconds).Obj())
 	g := NewWithT(t)
-	// A holder that writes its grant and then goes silent.
-	g.Eventually(func() error {
-		l, err := clientset.CoordinationV1().Leases(ns).Get(context.Background(), "billing", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		granted, err := lease.Grant(l, "silent", leaseSeconds*time.Second, time.Now())
-		if err != nil {
-			return err
-		}
-		_, err = clientset.CoordinationV1().Leases(ns).Update(context.Background(), granted, metav1.UpdateOptions{})
-		return err
-	}).WithTimeout(5 * time.Second).Should(Succeed())
+	grantSilently(g, ns, "billing", "silent", leaseSeconds*time.Second)
 	queueGhost(t, ns, "billing", "ghost")
 
 	c := newLockClient(t, ns, "billing", "outsider")

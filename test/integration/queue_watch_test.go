@@ -171,25 +171,7 @@ func TestWaiterBehindTheFrontTakesALapsedLockAtItsTurn(t *testing.T) {
 	const leaseSeconds = 4
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(leaseSeconds).Obj())
 	g := NewWithT(t)
-	write := func(edit func(*coordinationv1.Lease) (*coordinationv1.Lease, error)) *coordinationv1.Lease {
-		var written *coordinationv1.Lease
-		g.Eventually(func() error {
-			l, err := clientset.CoordinationV1().Leases(ns).Get(context.Background(), "billing", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			edited, err := edit(l)
-			if err != nil {
-				return err
-			}
-			written, err = clientset.CoordinationV1().Leases(ns).Update(context.Background(), edited, metav1.UpdateOptions{})
-			return err
-		}).WithTimeout(5 * time.Second).Should(Succeed())
-		return written
-	}
-	silent := write(func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-		return lease.Grant(l, "silent", leaseSeconds*time.Second, time.Now())
-	})
+	silent := grantSilently(g, ns, "billing", "silent", leaseSeconds*time.Second)
 	queueGhost(t, ns, "billing", "ghost-1")
 	queueGhost(t, ns, "billing", "ghost-2")
 
@@ -202,7 +184,7 @@ func TestWaiterBehindTheFrontTakesALapsedLockAtItsTurn(t *testing.T) {
 		g.Expect(counter.watches.Load()).To(BeNumerically(">=", 1), "the waiter behind the front watches every change")
 	})
 	renewedAt := time.Now()
-	write(func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	editLease(g, ns, "billing", func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 		if lease.Holder(l) != "silent" {
 			return nil, StopTrying(fmt.Sprintf("the lock went to %q before the silent holder's last renewal was written", lease.Holder(l)))
 		}
