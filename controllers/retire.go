@@ -284,11 +284,7 @@ func (r *DistributedLockReconciler) handBack(ctx context.Context, lock *locksv1a
 	lease.ClearController(back)
 	controllerutil.RemoveFinalizer(back, locksv1alpha1.LeaseTokenFinalizer)
 	delete(back.Labels, locksv1alpha1.LockNameLabel)
-	for key := range back.Labels {
-		if lease.IsFrontLabel(key) {
-			delete(back.Labels, key)
-		}
-	}
+	lease.DropFrontLabels(back)
 	for _, a := range []string{locksv1alpha1.LeaseOriginAnnotation, locksv1alpha1.CandidateGrantAnnotation, locksv1alpha1.RevokedAnnotation,
 		lease.QueueAnnotation, lease.TicketAnnotation, lease.HandedOffByAnnotation, lease.GrantNonceAnnotation} {
 		delete(back.Annotations, a)

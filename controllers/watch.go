@@ -60,14 +60,7 @@ func withoutRoutine(l *coordinationv1.Lease) *coordinationv1.Lease {
 	if len(out.Annotations) == 0 {
 		out.Annotations = nil
 	}
-	for key := range out.Labels {
-		if lease.IsFrontLabel(key) { // they name the queue's front
-			delete(out.Labels, key)
-		}
-	}
-	if len(out.Labels) == 0 {
-		out.Labels = nil
-	}
+	lease.DropFrontLabels(out) // they name the queue's front
 	return out
 }
 

@@ -202,14 +202,23 @@ func withQueue(current *coordinationv1.Lease, q []Waiter) (*coordinationv1.Lease
 	return l, nil
 }
 
-// labelFront sets on l the front labels of q's first FrontLength waiters,
-// and removes any other.
-func labelFront(l *coordinationv1.Lease, q []Waiter) {
+// DropFrontLabels removes the queue's front labels from l (and leaves l
+// with nil labels if none remain).
+func DropFrontLabels(l *coordinationv1.Lease) {
 	for key := range l.Labels {
 		if IsFrontLabel(key) {
 			delete(l.Labels, key)
 		}
 	}
+	if len(l.Labels) == 0 {
+		l.Labels = nil
+	}
+}
+
+// labelFront sets on l the front labels of q's first FrontLength waiters,
+// and removes any other.
+func labelFront(l *coordinationv1.Lease, q []Waiter) {
+	DropFrontLabels(l)
 	for _, w := range q[:min(len(q), FrontLength)] {
 		key := FrontLabelPrefix + w.Ticket
 		if len(validation.IsQualifiedName(key)) > 0 {
@@ -219,9 +228,6 @@ func labelFront(l *coordinationv1.Lease, q []Waiter) {
 			l.Labels = map[string]string{}
 		}
 		l.Labels[key] = "true"
-	}
-	if len(l.Labels) == 0 {
-		l.Labels = nil
 	}
 }
 
