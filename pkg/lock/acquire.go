@@ -302,11 +302,11 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 		if held, turnAt := c.heldOrQueued(ctx, obs, info, position, queueLength, start, cand.fromWatch); held != nil {
 			hint.deadline = turnAt
 			if p.waiting && position < 0 {
-				registered, err := c.register(ctx, current, p)
+				registered, at, err := c.register(ctx, current, p)
 				switch {
 				case err == nil:
 					hint.resourceVersion, hint.judged = registered.ResourceVersion, candidate{lease: registered, verified: true}
-					position = lease.Position(registered, p.ticket)
+					position = at
 				case apierrors.IsConflict(err):
 					cand = candidate{}
 					continue
@@ -414,11 +414,12 @@ func (c *Client) heldOrQueued(ctx context.Context, obs lease.Observation, info l
 }
 
 // register puts the caller in the lock's queue with one compare-and-swap
-// on current.
-func (c *Client) register(ctx context.Context, current *coordinationv1.Lease, p *place) (*coordinationv1.Lease, error) {
+// on current, and returns the Lease written and the caller's position in
+// its queue.
+func (c *Client) register(ctx context.Context, current *coordinationv1.Lease, p *place) (_ *coordinationv1.Lease, position int, _ error) {
 	queued, err := lease.Enqueue(current, lease.Waiter{Identity: c.cfg.Identity, Ticket: p.ticket, Priority: c.cfg.Priority})
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	if !p.sentRegistration {
 		p.registeredAt = c.cfg.Clock.Now()
@@ -426,12 +427,13 @@ func (c *Client) register(ctx context.Context, current *coordinationv1.Lease, p 
 	p.sentRegistration = true
 	updated, err := c.leases.Update(ctx, queued, metav1.UpdateOptions{})
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	c.remember(updated)
 	c.cfg.Metrics.queued(c.cfg.Namespace, c.cfg.Name)
-	c.logger(ctx).V(1).Info("waiting in the lock's queue", "lock", c.LockName(), "position", lease.Position(updated, p.ticket))
-	return updated, nil
+	position = lease.Position(updated, p.ticket)
+	c.logger(ctx).V(1).Info("waiting in the lock's queue", "lock", c.LockName(), "position", position)
+	return updated, position, nil
 }
 
 // handedToMe reports whether current is a release that handed the lock to
