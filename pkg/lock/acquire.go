@@ -87,6 +87,9 @@ type waitHint struct {
 	// it moves up to the front (see leaseWatch), and reads it afresh at the
 	// deadline, which is at most maxRecheck away (waitBehindFront).
 	behindFront bool
+	// backingOff: the caller lost a registration race; it neither
+	// watches nor judges until the deadline, then reads afresh.
+	backingOff bool
 }
 
 // maxRecheck bounds how long a waiter behind the front of the queue goes
@@ -209,6 +212,8 @@ type place struct {
 	// readTried is when the last such read was answered or failed; the
 	// next read counts from then.
 	readTried time.Time
+	// registerConflicts counts the registration races lost in a row.
+	registerConflicts int
 	// sentRegistration: a registration was sent (it may have landed even
 	// if its answer never came), so a caller that gives up leaves the queue.
 	sentRegistration bool
@@ -307,9 +312,15 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 				case err == nil:
 					hint.resourceVersion, hint.judged = registered.ResourceVersion, candidate{lease: registered, verified: true}
 					position = at
+					p.registerConflicts = 0
 				case apierrors.IsConflict(err):
-					cand = candidate{}
-					continue
+					// Another write won (most often another waiter
+					// registering): back off, then read afresh, so that a
+					// crowd registering at once leaves room for the
+					// holder's renewals and release (registerBackoff).
+					p.registerConflicts++
+					backoff := registerBackoff(p.registerConflicts, info.duration)
+					return nil, waitHint{deadline: c.cfg.Clock.Now().Add(backoff), backingOff: true}, errContended
 				default:
 					// Queue full, or the registration failed: wait
 					// unregistered (behind everyone registered) and try

@@ -54,6 +54,16 @@ func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error
 	clk := lw.client.cfg.Clock
 	timer := clk.NewTimer(max(hint.deadline.Sub(clk.Now()), time.Millisecond))
 	defer timer.Stop()
+	if hint.backingOff {
+		// Lost a registration race: wait it out unwatched, then read.
+		lw.stop()
+		select {
+		case <-ctx.Done():
+			return candidate{}, ctx.Err()
+		case <-timer.C():
+			return candidate{}, nil
+		}
+	}
 	scoped := hint.behindFront && lw.ticket != ""
 	if lw.w != nil && lw.scoped != scoped {
 		lw.stop()

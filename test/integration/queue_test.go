@@ -304,3 +304,56 @@ func TestReleaseLandsThroughACrowdRegistering(t *testing.T) {
 	}
 	g.Expect(seen).To(HaveLen(crowd), "every waiter held the lock once")
 }
+
+// A holder keeps its grant through a crowd of waiters registering at once.
+// Each registration is a compare-and-swap on the Lease, as is every
+// renewal: a crowd that retried its lost races at once left the holder one
+// contender among all of them, and make bench saw a holder of a 15 s lease
+// lose it to 200 waiters registering together (its renewals and then its
+// release lost every race until the lease lapsed). Waiters that lost a race
+// back off (registerBackoff), so the holder's renewals land: the grant must
+// last through the crowd, renewed, and its release must hand the lock on.
+func TestHolderKeepsItsGrantThroughACrowdRegistering(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(3).Obj())
+	g := NewWithT(t)
+	holder, err := newLockClient(t, ns, "billing", "holder").TryAcquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+
+	const crowd = 150
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	clients := make([]*lock.Client, crowd)
+	for i := range clients {
+		clients[i] = newLockClient(t, ns, "billing", "waiter-"+itoa(int64(i)))
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for _, c := range clients {
+		wg.Go(func() {
+			<-start
+			if gr, err := c.Acquire(ctx); err == nil {
+				_ = gr.Release(context.Background())
+			}
+		})
+	}
+	close(start)
+	// Hold through the crowd's registration, and at least three leases.
+	held := time.Now()
+	var queuedIn time.Duration
+	eventually(t, 90*time.Second, func(g Gomega) {
+		if err := holder.Err(); err != nil {
+			StopTrying("the holder lost its grant in the crowd").Wrap(err).Now()
+		}
+		g.Expect(queueOf(g, ns, "billing")).To(HaveLen(crowd))
+		if queuedIn == 0 {
+			queuedIn = time.Since(held)
+		}
+		g.Expect(time.Since(held)).To(BeNumerically(">", 9*time.Second))
+	})
+	g.Expect(holder.Err()).NotTo(HaveOccurred(), "the holder lost its grant in the crowd")
+	t.Logf("the crowd of %d queued within %s", crowd, queuedIn.Round(time.Millisecond))
+	g.Expect(holder.Release(context.Background())).To(Succeed())
+	g.Expect(getLease(g, ns, "billing").Spec.HolderIdentity).To(HaveValue(HavePrefix("waiter-")), "the release handed the lock to the head")
+}
