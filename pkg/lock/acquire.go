@@ -243,7 +243,9 @@ type place struct {
 //     it and neither this client nor the controller has observed it go
 //     unrenewed for the lease duration, or it is free but not yet this
 //     caller's turn in the queue: ErrHeld; a waiting caller registers in
-//     the queue (one compare-and-swap) and waits.
+//     the queue (one compare-and-swap) and waits. A registration that
+//     loses its race to another write backs off unwatched, then reads
+//     afresh (registerBackoff).
 //  6. Compare-and-swap: take it with leaseTransitions+1 as the token (or
 //     fail with ErrTokensExhausted at the end of the int32 range), leaving
 //     the queue together with the waiters ahead, whose turn has passed.
@@ -304,6 +306,9 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 			}
 		}
 		position, queueLength := lease.Place(current, p.ticket)
+		if position >= 0 {
+			p.registerConflicts = 0
+		}
 		if held, turnAt := c.heldOrQueued(ctx, obs, info, position, queueLength, start, cand.fromWatch); held != nil {
 			hint.deadline = turnAt
 			if p.waiting && position < 0 {
@@ -313,6 +318,9 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 					hint.resourceVersion, hint.judged = registered.ResourceVersion, candidate{lease: registered, verified: true}
 					position = at
 					p.registerConflicts = 0
+				case apierrors.IsConflict(err) && !cand.verified:
+					cand = candidate{} // a remembered copy was stale: read afresh
+					continue
 				case apierrors.IsConflict(err):
 					// Another write won (most often another waiter
 					// registering): back off, then read afresh, so that a
@@ -320,7 +328,7 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 					// holder's renewals and release (registerBackoff).
 					p.registerConflicts++
 					backoff := registerBackoff(p.registerConflicts, info.duration)
-					return nil, waitHint{deadline: c.cfg.Clock.Now().Add(backoff), backingOff: true}, errContended
+					return nil, waitHint{deadline: c.cfg.Clock.Now().Add(backoff), backingOff: true}, held
 				default:
 					// Queue full, or the registration failed: wait
 					// unregistered (behind everyone registered) and try

@@ -37,7 +37,7 @@ func TestBackingOffWaitsUnwatchedThenReadsAfresh(t *testing.T) {
 	// A watch open from before (the waiter was queued once).
 	first := waitHint{resourceVersion: "5", deadline: h.clock.Now().Add(time.Second), judged: candidate{lease: leaseNamed("5"), verified: true}}
 	go func() {
-		for !h.clock.HasWaiters() {
+		for _, watchers := h.opened(); len(watchers) == 0 || !h.clock.HasWaiters(); _, watchers = h.opened() {
 			time.Sleep(time.Millisecond)
 		}
 		_, watchers := h.opened()
@@ -52,7 +52,7 @@ func TestBackingOffWaitsUnwatchedThenReadsAfresh(t *testing.T) {
 		cand, _ := h.lw.next(context.Background(), waitHint{deadline: h.clock.Now().Add(50 * time.Millisecond), backingOff: true})
 		done <- cand
 	}()
-	for !h.clock.HasWaiters() {
+	for !h.clock.HasWaiters() { // the watch is stopped before the timer starts
 		time.Sleep(time.Millisecond)
 	}
 	selectors, watchers := h.opened()

@@ -51,19 +51,12 @@ type leaseWatch struct {
 // ctx, and returns the copy of the Lease to judge next (an empty candidate
 // means: read it afresh).
 func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error) {
+	if hint.backingOff {
+		return candidate{}, lw.backOff(ctx, hint.deadline)
+	}
 	clk := lw.client.cfg.Clock
 	timer := clk.NewTimer(max(hint.deadline.Sub(clk.Now()), time.Millisecond))
 	defer timer.Stop()
-	if hint.backingOff {
-		// Lost a registration race: wait it out unwatched, then read.
-		lw.stop()
-		select {
-		case <-ctx.Done():
-			return candidate{}, ctx.Err()
-		case <-timer.C():
-			return candidate{}, nil
-		}
-	}
 	scoped := hint.behindFront && lw.ticket != ""
 	if lw.w != nil && lw.scoped != scoped {
 		lw.stop()
@@ -119,6 +112,22 @@ func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error
 		}
 		lw.client.remember(nil)
 		return candidate{}, nil
+	}
+}
+
+// backOff waits, unwatched, until deadline or the end of ctx (its error):
+// a caller that lost a registration race watches nothing while it backs
+// off (see registerBackoff), and then reads the Lease afresh.
+func (lw *leaseWatch) backOff(ctx context.Context, deadline time.Time) error {
+	lw.stop()
+	clk := lw.client.cfg.Clock
+	timer := clk.NewTimer(max(deadline.Sub(clk.Now()), time.Millisecond))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C():
+		return nil
 	}
 }
 

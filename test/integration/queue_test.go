@@ -309,8 +309,8 @@ func TestReleaseLandsThroughACrowdRegistering(t *testing.T) {
 // Each registration is a compare-and-swap on the Lease, as is every
 // renewal: a crowd that retried its lost races at once left the holder one
 // contender among all of them, and make bench saw a holder of a 15 s lease
-// lose it to 200 waiters registering together (its renewals and then its
-// release lost every race until the lease lapsed). Waiters that lost a race
+// lose it to 200 waiters registering together (its release lost race after
+// race until the lease lapsed). Waiters that lost a race
 // back off (registerBackoff), so the holder's renewals land: the grant must
 // last through the crowd, renewed, and its release must hand the lock on.
 func TestHolderKeepsItsGrantThroughACrowdRegistering(t *testing.T) {
@@ -333,8 +333,15 @@ func TestHolderKeepsItsGrantThroughACrowdRegistering(t *testing.T) {
 	for _, c := range clients {
 		wg.Go(func() {
 			<-start
-			if gr, err := c.Acquire(ctx); err == nil {
-				_ = gr.Release(context.Background())
+			gr, err := c.Acquire(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("a waiter gave up: %v", err)
+				}
+				return
+			}
+			if err := gr.Release(context.Background()); err != nil {
+				t.Errorf("a waiter's release failed: %v", err)
 			}
 		})
 	}
@@ -355,5 +362,7 @@ func TestHolderKeepsItsGrantThroughACrowdRegistering(t *testing.T) {
 	g.Expect(holder.Err()).NotTo(HaveOccurred(), "the holder lost its grant in the crowd")
 	t.Logf("the crowd of %d queued within %s", crowd, queuedIn.Round(time.Millisecond))
 	g.Expect(holder.Release(context.Background())).To(Succeed())
-	g.Expect(getLease(g, ns, "billing").Spec.HolderIdentity).To(HaveValue(HavePrefix("waiter-")), "the release handed the lock to the head")
+	handed := getLease(g, ns, "billing")
+	g.Expect(handed.Spec.HolderIdentity).To(HaveValue(HavePrefix("waiter-")), "the release handed the lock to the head")
+	g.Expect(handed.Annotations).To(HaveKeyWithValue(lease.HandedOffByAnnotation, "holder"), "the release handed the lock to the head")
 }
