@@ -244,6 +244,52 @@ func TestTryAcquireDoesNotJumpTheQueue(t *testing.T) {
 	g.Expect(gr.Release(context.Background())).To(Succeed())
 }
 
+// crowd is n waiters on one lock ("waiter-0" to "waiter-<n-1>") that call
+// Acquire together when started, each taking the lock once and releasing
+// it at once. A waiter's error is a test error, but for one that came
+// because the crowd's ctx ended.
+type crowd struct {
+	ctx     context.Context
+	clients []*lock.Client
+	start   chan struct{}
+	wg      sync.WaitGroup
+}
+
+// newCrowd makes the crowd's clients; run starts them.
+func newCrowd(t *testing.T, ctx context.Context, ns, name string, n int) *crowd {
+	c := &crowd{ctx: ctx, clients: make([]*lock.Client, n), start: make(chan struct{})}
+	for i := range c.clients {
+		c.clients[i] = newLockClient(t, ns, name, "waiter-"+itoa(int64(i)))
+	}
+	return c
+}
+
+// run starts the waiters at once, each passing its grant to onGrant before
+// releasing it.
+func (c *crowd) run(t *testing.T, onGrant func(*lock.Grant)) {
+	for _, lc := range c.clients {
+		c.wg.Go(func() {
+			<-c.start
+			gr, err := lc.Acquire(c.ctx)
+			if err != nil {
+				if c.ctx.Err() == nil {
+					t.Errorf("a waiter gave up: %v", err)
+				}
+				return
+			}
+			onGrant(gr)
+			if err := gr.Release(context.Background()); err != nil {
+				t.Errorf("a waiter's release was lost in the crowd: %v", err)
+			}
+		})
+	}
+	close(c.start)
+}
+
+// wait waits for every waiter to be done (they report with t.Errorf, so
+// they must be done before the test is).
+func (c *crowd) wait() { c.wg.Wait() }
+
 // A crowd of waiters arriving at once registers one compare-and-swap at a
 // time, each winning a race the others lose. A holder releasing in the
 // middle of that crowd loses races too, and must still land; every waiter
@@ -260,33 +306,12 @@ func TestReleaseLandsThroughACrowdRegistering(t *testing.T) {
 	holder, err := newLockClient(t, ns, "billing", "holder").TryAcquire(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
 
-	const crowd = 60
+	const size = 60
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	clients := make([]*lock.Client, crowd)
-	for i := range clients {
-		clients[i] = newLockClient(t, ns, "billing", "waiter-"+itoa(int64(i)))
-	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	// The waiters report with t.Errorf: they must be done before the test.
-	defer func() { cancel(); wg.Wait() }()
-	grants := make(chan *lock.Grant, crowd)
-	for _, c := range clients {
-		wg.Go(func() {
-			<-start
-			gr, err := c.Acquire(ctx)
-			if err != nil {
-				t.Errorf("a waiter gave up: %v", err)
-				return
-			}
-			grants <- gr
-			if err := gr.Release(context.Background()); err != nil {
-				t.Errorf("a waiter's release was lost in the crowd: %v", err)
-			}
-		})
-	}
-	close(start)
+	waiters := newCrowd(t, ctx, ns, "billing", size)
+	defer func() { cancel(); waiters.wait() }()
+	grants := make(chan *lock.Grant, size)
+	waiters.run(t, func(gr *lock.Grant) { grants <- gr })
 	// Release while the crowd is still registering.
 	var queued int
 	eventually(t, 10*time.Second, func(g Gomega) {
@@ -294,15 +319,15 @@ func TestReleaseLandsThroughACrowdRegistering(t *testing.T) {
 		g.Expect(queued).To(BeNumerically(">", 0))
 	})
 	g.Expect(holder.Release(context.Background())).To(Succeed(), "the holder's release was lost in the crowd")
-	t.Logf("released with %d of %d waiters queued", queued, crowd)
-	wg.Wait()
+	t.Logf("released with %d of %d waiters queued", queued, size)
+	waiters.wait()
 	close(grants)
 	seen := map[int64]bool{}
 	for gr := range grants {
 		g.Expect(seen).NotTo(HaveKey(gr.Token()), "token %d granted twice", gr.Token())
 		seen[gr.Token()] = true
 	}
-	g.Expect(seen).To(HaveLen(crowd), "every waiter held the lock once")
+	g.Expect(seen).To(HaveLen(size), "every waiter held the lock once")
 }
 
 // A holder keeps its grant through a crowd of waiters registering at once.
@@ -320,32 +345,11 @@ func TestHolderKeepsItsGrantThroughACrowdRegistering(t *testing.T) {
 	holder, err := newLockClient(t, ns, "billing", "holder").TryAcquire(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
 
-	const crowd = 150
+	const size = 150
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	clients := make([]*lock.Client, crowd)
-	for i := range clients {
-		clients[i] = newLockClient(t, ns, "billing", "waiter-"+itoa(int64(i)))
-	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	for _, c := range clients {
-		wg.Go(func() {
-			<-start
-			gr, err := c.Acquire(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					t.Errorf("a waiter gave up: %v", err)
-				}
-				return
-			}
-			if err := gr.Release(context.Background()); err != nil {
-				t.Errorf("a waiter's release failed: %v", err)
-			}
-		})
-	}
-	close(start)
+	waiters := newCrowd(t, ctx, ns, "billing", size)
+	defer func() { cancel(); waiters.wait() }()
+	waiters.run(t, func(*lock.Grant) {})
 	// Hold through the crowd's registration, and at least three leases.
 	held := time.Now()
 	var queuedIn time.Duration
@@ -353,14 +357,14 @@ func TestHolderKeepsItsGrantThroughACrowdRegistering(t *testing.T) {
 		if err := holder.Err(); err != nil {
 			StopTrying("the holder lost its grant in the crowd").Wrap(err).Now()
 		}
-		g.Expect(queueOf(g, ns, "billing")).To(HaveLen(crowd))
+		g.Expect(queueOf(g, ns, "billing")).To(HaveLen(size))
 		if queuedIn == 0 {
 			queuedIn = time.Since(held)
 		}
 		g.Expect(time.Since(held)).To(BeNumerically(">", 9*time.Second))
 	})
 	g.Expect(holder.Err()).NotTo(HaveOccurred(), "the holder lost its grant in the crowd")
-	t.Logf("the crowd of %d queued within %s", crowd, queuedIn.Round(time.Millisecond))
+	t.Logf("the crowd of %d queued within %s", size, queuedIn.Round(time.Millisecond))
 	g.Expect(holder.Release(context.Background())).To(Succeed())
 	handed := getLease(g, ns, "billing")
 	g.Expect(handed.Spec.HolderIdentity).To(HaveValue(HavePrefix("waiter-")), "the release handed the lock to the head")
