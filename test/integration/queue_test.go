@@ -251,13 +251,12 @@ func TestTryAcquireDoesNotJumpTheQueue(t *testing.T) {
 type crowd struct {
 	ctx     context.Context
 	clients []*lock.Client
-	start   chan struct{}
 	wg      sync.WaitGroup
 }
 
 // newCrowd makes the crowd's clients; run starts them.
 func newCrowd(t *testing.T, ctx context.Context, ns, name string, n int) *crowd {
-	c := &crowd{ctx: ctx, clients: make([]*lock.Client, n), start: make(chan struct{})}
+	c := &crowd{ctx: ctx, clients: make([]*lock.Client, n)}
 	for i := range c.clients {
 		c.clients[i] = newLockClient(t, ns, name, "waiter-"+itoa(int64(i)))
 	}
@@ -267,9 +266,10 @@ func newCrowd(t *testing.T, ctx context.Context, ns, name string, n int) *crowd 
 // run starts the waiters at once, each passing its grant to onGrant before
 // releasing it.
 func (c *crowd) run(t *testing.T, onGrant func(*lock.Grant)) {
+	start := make(chan struct{})
 	for _, lc := range c.clients {
 		c.wg.Go(func() {
-			<-c.start
+			<-start
 			gr, err := lc.Acquire(c.ctx)
 			if err != nil {
 				if c.ctx.Err() == nil {
@@ -283,7 +283,7 @@ func (c *crowd) run(t *testing.T, onGrant func(*lock.Grant)) {
 			}
 		})
 	}
-	close(c.start)
+	close(start)
 }
 
 // wait waits for every waiter to be done (they report with t.Errorf, so
