@@ -35,7 +35,7 @@ func TestBenchShortRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	rows, writes, err := Run(ctx, Options{Iterations: 20, Handoffs: 10, Waiters: []int{1, 3}, LeaseDurationSeconds: 15}, &out)
+	rows, writes, err := Run(ctx, Options{Iterations: 20, Handoffs: 10, Waiters: []int{1, 3}, LeaseDurationSeconds: 15, LeaseGuard: true}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,61 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
+	"github.com/frontdesk-dev/frontdesk/internal/localrun"
+	"github.com/frontdesk-dev/frontdesk/internal/manifests"
+)
+
+// leaseGuardProbe is the lock whose Lease tells when the guard is in force.
+const leaseGuardProbe = "lease-guard-probe"
+
+// installLeaseGuard applies config/lease-policy as shipped (config/default
+// installs it on every cluster), so that every Lease write measured passes
+// through it, and returns once the apiserver enforces it: it picks new
+// policies up asynchronously. The probe lock's Lease must exist.
+func installLeaseGuard(ctx context.Context, env *localrun.Environment, cs kubernetes.Interface) error {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(root, "config", "lease-policy")
+	if _, err := manifests.CreateFromFiles(ctx, env.Client, "", filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "binding.yaml")); err != nil {
+		return fmt.Errorf("installing the lease guard policy: %w", err)
+	}
+	leases := cs.CoordinationV1().Leases(namespace)
+	// A new holder without a new fencing token is what the guard refuses
+	// first; until it does, the probe's writes land (on a lock nobody uses).
+	attempt := 0
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := leases.Get(ctx, leaseGuardProbe, metav1.GetOptions{})
+		if err != nil {
+			return false, fmt.Errorf("reading the probe's lease: %w", err)
+		}
+		attempt++
+		holder := fmt.Sprintf("probe-%d", attempt)
+		l.Spec.HolderIdentity = &holder
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		switch {
+		case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+			return true, nil
+		case err == nil || apierrors.IsConflict(err):
+			return false, nil
+		default:
+			return false, fmt.Errorf("probing the lease guard: %w", err)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the apiserver to enforce the lease guard policy: %w", err)
+	}
+	return nil
+}
