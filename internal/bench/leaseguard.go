@@ -33,8 +33,9 @@ func installLeaseGuard(ctx context.Context, env *localrun.Environment, cs kubern
 		return fmt.Errorf("installing the lease guard policy: %w", err)
 	}
 	leases := cs.CoordinationV1().Leases(namespace)
-	// A new holder without a new fencing token is what the guard refuses
-	// first; until it does, the probe's writes land (on a lock nobody uses).
+	// The guard refuses a new holder that comes without a new fencing token
+	// (403, its rule's reason); until it is in force, the probe's writes
+	// land, on a lock nobody uses.
 	attempt := 0
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		l, err := leases.Get(ctx, leaseGuardProbe, metav1.GetOptions{})
@@ -46,7 +47,7 @@ func installLeaseGuard(ctx context.Context, env *localrun.Environment, cs kubern
 		l.Spec.HolderIdentity = &holder
 		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 		switch {
-		case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+		case apierrors.IsForbidden(err):
 			return true, nil
 		case err == nil || apierrors.IsConflict(err):
 			return false, nil
