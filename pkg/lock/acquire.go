@@ -154,7 +154,9 @@ func (c *Client) countAcquire(start time.Time, err *error) {
 // waiter's turn; a waiter behind the front reads the Lease afresh then, at
 // least once per lease duration or maxRecheck). A caller that gives up
 // leaves the queue; a read that fails for a moment (a timeout, a 5xx) does
-// not make it give up.
+// not make it give up. A caller whose ctx ends after it has waited, even in
+// the middle of a read or write, gets an error matching why it waited
+// (ErrHeld, or ErrLeaseUnavailable) and ctx's error.
 // Like TryAcquire it starts from a fresh read of the DistributedLock.
 func (c *Client) Acquire(ctx context.Context) (_ *Grant, err error) {
 	defer c.countAcquire(c.cfg.Clock.Now(), &err)
@@ -166,24 +168,52 @@ func (c *Client) Acquire(ctx context.Context) (_ *Grant, err error) {
 	w := &leaseWatch{client: c, name: info.leaseName, ticket: p.ticket}
 	defer w.stop()
 	next := candidate{lease: c.remembered(info.leaseName)}
+	// waitedOn is why the caller last waited: what it reports if it gives
+	// up while an attempt is on its way.
+	var waitedOn error
 	for {
 		g, hint, err := c.attempt(ctx, &info, next, p)
 		if err == nil {
 			return g, nil
 		}
-		if !errors.Is(err, ErrHeld) && !errors.Is(err, ErrLeaseUnavailable) && !errors.Is(err, errContended) && !errors.Is(err, errReadFailed) {
+		if !waitable(err) {
 			c.leaveQueue(info, p)
+			if waitedOn != nil && ctx.Err() != nil {
+				// The caller's ctx ended a read or write of an attempt
+				// after it had waited: it gave up waiting, as it would
+				// have between attempts.
+				return nil, gaveUpWaiting(c.LockName(), waitedOn, ctx.Err(), err)
+			}
 			return nil, err
 		}
+		waitedOn = err
 		var werr error
 		if next, werr = w.next(ctx, hint); werr != nil {
 			c.leaveQueue(info, p)
-			if errors.Is(err, errContended) {
-				err = fmt.Errorf("%w: lock %s is contended", ErrHeld, c.LockName())
-			}
-			return nil, fmt.Errorf("%w (gave up waiting: %w)", err, werr)
+			return nil, gaveUpWaiting(c.LockName(), err, werr, nil)
 		}
 	}
+}
+
+// waitable reports whether an attempt's error is one an Acquire waits out:
+// the lock is held or queued for, its Lease is not ready yet, a race was
+// lost, or a read failed for a moment.
+func waitable(err error) bool {
+	return errors.Is(err, ErrHeld) || errors.Is(err, ErrLeaseUnavailable) || errors.Is(err, errContended) || errors.Is(err, errReadFailed)
+}
+
+// gaveUpWaiting is the error of an Acquire that stopped waiting on lock
+// because its ctx ended (ctxErr): it matches waitedOn (why it waited;
+// ErrHeld for a lost race) and ctxErr, and names the attempt it cut
+// short (cut, when not nil).
+func gaveUpWaiting(lock string, waitedOn, ctxErr, cut error) error {
+	if errors.Is(waitedOn, errContended) {
+		waitedOn = fmt.Errorf("%w: lock %s is contended", ErrHeld, lock)
+	}
+	if cut != nil {
+		return fmt.Errorf("%w (gave up waiting: %w; it cut short: %w)", waitedOn, ctxErr, cut)
+	}
+	return fmt.Errorf("%w (gave up waiting: %w)", waitedOn, ctxErr)
 }
 
 // place is a caller's place in the lock's queue of waiters.

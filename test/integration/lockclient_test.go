@@ -104,6 +104,49 @@ func TestAcquireTimeoutIsATryLock(t *testing.T) {
 	g.Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second))
 }
 
+// An Acquire whose deadline ends a read of the Lease, after it has waited,
+// reports the same as one whose deadline ends its wait: the lock is held
+// and the caller gave up (ErrHeld and context.DeadlineExceeded), not a
+// failed read. The fault: the waiter's watches are refused, so it reads the
+// Lease afresh after each backoff, and every read after its first hangs
+// until its ctx ends.
+func TestAcquireCutShortMidReadGivesUpWaiting(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(30).Obj())
+	g := NewWithT(t)
+	ga, err := newLockClient(t, ns, "billing", "a").Acquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer ga.Release(context.Background())
+
+	var reads, hung atomic.Int32
+	cfg := restConfig()
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method != http.MethodGet || !strings.Contains(req.URL.Path, "/leases") {
+				return rt.RoundTrip(req)
+			}
+			if req.URL.Query().Get("watch") == "true" {
+				return nil, errors.New("the fault: no watch")
+			}
+			if reads.Add(1) > 1 {
+				hung.Add(1)
+				<-req.Context().Done()
+				return nil, req.Context().Err()
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+	b, err := lock.New(cfg, lock.Config{Namespace: ns, Name: "billing", Identity: "b"})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = b.Acquire(ctx)
+	g.Expect(hung.Load()).To(BeNumerically(">=", 1), "the deadline did not fall on a read")
+	g.Expect(err).To(MatchError(lock.ErrHeld))
+	g.Expect(err).To(MatchError(context.DeadlineExceeded))
+	g.Expect(err.Error()).To(ContainSubstring("gave up waiting"))
+}
+
 // Three clients contend for one lock. Each believes it holds the lock only
 // between Acquire and Release; those intervals never overlap, grants get
 // strictly increasing tokens, and the Lease's own history (watched) shows
