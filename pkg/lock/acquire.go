@@ -40,6 +40,9 @@ const maxWriteAttempts = lease.MaxQueue + 25
 // brings the winner's write next.
 var errContended = errors.New("lost a compare-and-swap race")
 
+// errCutShort: a waiting caller's ctx ended its read of the Lease.
+var errCutShort = errors.New("the caller gave up during the read")
+
 // errReadFailed: a waiting caller's read of the Lease failed in a way that
 // passes (see passingReadError); it waits on rather than leave the queue.
 var errReadFailed = errors.New("reading the Lease failed for a moment")
@@ -156,7 +159,8 @@ func (c *Client) countAcquire(start time.Time, err *error) {
 // leaves the queue; a read that fails for a moment (a timeout, a 5xx) does
 // not make it give up. A caller whose ctx ends after it has waited, even in
 // the middle of a read or write, gets an error matching why it waited
-// (ErrHeld, or ErrLeaseUnavailable) and ctx's error.
+// (ErrHeld, or ErrLeaseUnavailable; a read that failed for a moment if that
+// is all it ever saw) and ctx's error.
 // Like TryAcquire it starts from a fresh read of the DistributedLock.
 func (c *Client) Acquire(ctx context.Context) (_ *Grant, err error) {
 	defer c.countAcquire(c.cfg.Clock.Now(), &err)
@@ -178,19 +182,23 @@ func (c *Client) Acquire(ctx context.Context) (_ *Grant, err error) {
 		}
 		if !waitable(err) {
 			c.leaveQueue(info, p)
-			if waitedOn != nil && ctx.Err() != nil {
-				// The caller's ctx ended a read or write of an attempt
-				// after it had waited: it gave up waiting, as it would
-				// have between attempts.
+			if waitedOn != nil && errors.Is(err, errCutShort) {
+				// The caller's ctx ended a read of an attempt after it
+				// had waited: it gave up waiting, as it would have
+				// between attempts.
 				return nil, gaveUpWaiting(c.LockName(), waitedOn, ctx.Err(), err)
 			}
 			return nil, err
 		}
-		waitedOn = err
+		if waitedOn == nil || !errors.Is(err, errReadFailed) {
+			// A read that failed for a moment does not hide why the
+			// caller was waiting.
+			waitedOn = err
+		}
 		var werr error
 		if next, werr = w.next(ctx, hint); werr != nil {
 			c.leaveQueue(info, p)
-			return nil, gaveUpWaiting(c.LockName(), err, werr, nil)
+			return nil, gaveUpWaiting(c.LockName(), waitedOn, werr, nil)
 		}
 	}
 }
@@ -204,8 +212,8 @@ func waitable(err error) bool {
 
 // gaveUpWaiting is the error of an Acquire that stopped waiting on lock
 // because its ctx ended (ctxErr): it matches waitedOn (why it waited;
-// ErrHeld for a lost race) and ctxErr, and names the attempt it cut
-// short (cut, when not nil).
+// ErrHeld for a lost race) and ctxErr, and names the read it cut short
+// (cut, when not nil).
 func gaveUpWaiting(lock string, waitedOn, ctxErr, cut error) error {
 	if errors.Is(waitedOn, errContended) {
 		waitedOn = fmt.Errorf("%w: lock %s is contended", ErrHeld, lock)
@@ -290,7 +298,10 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 		if cand.lease == nil {
 			l, err := c.readLease(ctx, info.leaseName)
 			if err != nil {
-				if p.waiting && passingReadError(ctx, err) {
+				switch {
+				case p.waiting && ctx.Err() != nil:
+					err = fmt.Errorf("%w: %w", errCutShort, err)
+				case p.waiting && passingReadError(ctx, err):
 					// A waiter keeps its place and waits on (its watch, or
 					// another read).
 					c.logger(ctx).Info("reading the lock's Lease failed; waiting on", "lock", c.LockName(), "err", err)

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"context"
 	"errors"
 	"os"
 	"regexp"
@@ -111,5 +112,36 @@ func TestHeldErrorSaysWhoAndUntilWhen(t *testing.T) {
 	want := "lock ns/billing is held by a_1234 (fencing token 9) until ~2026-12-02T12:00:00Z unless it renews"
 	if err.Error() != want {
 		t.Errorf("message %q, want %q", err.Error(), want)
+	}
+}
+
+func TestGaveUpWaitingSaysWhyItWaitedAndThatItGaveUp(t *testing.T) {
+	cut := errors.New("reading lease ns/billing: context deadline exceeded")
+	cases := []struct {
+		name     string
+		waitedOn error
+		cut      error
+		matches  []error
+		says     []string
+	}{
+		{"held", &HeldError{Holder: "a"}, nil, []error{ErrHeld, context.DeadlineExceeded}, []string{"gave up waiting"}},
+		{"a lost race is reported as held", errContended, nil, []error{ErrHeld, context.DeadlineExceeded}, []string{"lock ns/billing is contended"}},
+		{"the Lease not ready", ErrLeaseUnavailable, nil, []error{ErrLeaseUnavailable, context.DeadlineExceeded}, nil},
+		{"a read cut short", &HeldError{Holder: "a"}, cut, []error{ErrHeld, context.DeadlineExceeded, cut}, []string{"it cut short: reading lease ns/billing"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := gaveUpWaiting("ns/billing", tc.waitedOn, context.DeadlineExceeded, tc.cut)
+			for _, target := range tc.matches {
+				if !errors.Is(err, target) {
+					t.Errorf("%q does not match %q", err, target)
+				}
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("%q does not say %q", err, s)
+				}
+			}
+		})
 	}
 }

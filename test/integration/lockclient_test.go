@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
@@ -107,9 +108,9 @@ func TestAcquireTimeoutIsATryLock(t *testing.T) {
 // An Acquire whose deadline ends a read of the Lease, after it has waited,
 // reports the same as one whose deadline ends its wait: the lock is held
 // and the caller gave up (ErrHeld and context.DeadlineExceeded), not a
-// failed read. The fault: the waiter's watches are refused, so it reads the
-// Lease afresh after each backoff, and every read after its first hangs
-// until its ctx ends.
+// failed read, and leaves the queue. The fault: the waiter's watches are
+// refused, so it reads the Lease afresh after a backoff, and that second
+// read hangs until its ctx ends.
 func TestAcquireCutShortMidReadGivesUpWaiting(t *testing.T) {
 	ns := newNamespace(t)
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(30).Obj())
@@ -128,7 +129,7 @@ func TestAcquireCutShortMidReadGivesUpWaiting(t *testing.T) {
 			if req.URL.Query().Get("watch") == "true" {
 				return nil, errors.New("the fault: no watch")
 			}
-			if reads.Add(1) > 1 {
+			if reads.Add(1) == 2 {
 				hung.Add(1)
 				<-req.Context().Done()
 				return nil, req.Context().Err()
@@ -138,13 +139,17 @@ func TestAcquireCutShortMidReadGivesUpWaiting(t *testing.T) {
 	}
 	b, err := lock.New(cfg, lock.Config{Namespace: ns, Name: "billing", Identity: "b"})
 	g.Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
 	_, err = b.Acquire(ctx)
-	g.Expect(hung.Load()).To(BeNumerically(">=", 1), "the deadline did not fall on a read")
+	g.Expect(hung.Load()).To(BeNumerically("==", 1), "the deadline did not fall on a read")
 	g.Expect(err).To(MatchError(lock.ErrHeld))
 	g.Expect(err).To(MatchError(context.DeadlineExceeded))
 	g.Expect(err.Error()).To(ContainSubstring("gave up waiting"))
+	g.Expect(err.Error()).To(ContainSubstring("it cut short"), "the deadline fell outside the read")
+	l, err := clientset.CoordinationV1().Leases(ns).Get(context.Background(), "billing", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lease.Queue(l)).To(BeEmpty(), "the waiter that gave up is still queued")
 }
 
 // Three clients contend for one lock. Each believes it holds the lock only
