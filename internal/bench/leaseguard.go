@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 	"github.com/frontdesk-dev/frontdesk/internal/localrun"
 	"github.com/frontdesk-dev/frontdesk/internal/manifests"
 )
@@ -24,12 +22,7 @@ const leaseGuardProbe = "lease-guard-probe"
 // through it, and returns once the apiserver enforces it: it picks new
 // policies up asynchronously. The probe lock's Lease must exist.
 func installLeaseGuard(ctx context.Context, env *localrun.Environment, cs kubernetes.Interface) error {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		return err
-	}
-	dir := filepath.Join(root, "config", "lease-policy")
-	if _, err := manifests.CreateFromFiles(ctx, env.Client, "", filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "binding.yaml")); err != nil {
+	if err := manifests.CreateShippedPolicy(ctx, env.Client, "lease-policy"); err != nil {
 		return fmt.Errorf("installing the lease guard policy: %w", err)
 	}
 	leases := cs.CoordinationV1().Leases(namespace)
@@ -37,7 +30,7 @@ func installLeaseGuard(ctx context.Context, env *localrun.Environment, cs kubern
 	// (403, its rule's reason); until it is in force, the probe's writes
 	// land, on a lock nobody uses.
 	attempt := 0
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		l, err := leases.Get(ctx, leaseGuardProbe, metav1.GetOptions{})
 		if err != nil {
 			return false, fmt.Errorf("reading the probe's lease: %w", err)

@@ -9,11 +9,29 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 )
+
+// CreateShippedPolicy creates the ValidatingAdmissionPolicy and its binding
+// that config/<name> ships (policy.yaml, then binding.yaml). The apiserver
+// enforces a new policy only some moments later: callers wait for that.
+func CreateShippedPolicy(ctx context.Context, c client.Client, name string) error {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(root, "config", name)
+	if _, err := CreateFromFiles(ctx, c, "", filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "binding.yaml")); err != nil {
+		return fmt.Errorf("installing config/%s: %w", name, err)
+	}
+	return nil
+}
 
 // CreateFromFiles creates every object in the YAML files, in order, and
 // returns them. Namespaced objects that name no namespace go into namespace

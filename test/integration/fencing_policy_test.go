@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 	"github.com/frontdesk-dev/frontdesk/internal/manifests"
 	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
@@ -30,12 +28,7 @@ func installFencingPolicy(t *testing.T) {
 	t.Helper()
 	var err error
 	installPolicy.Do(func() {
-		var root string
-		if root, err = controlplane.RepoRoot(); err == nil {
-			dir := filepath.Join(root, "config", "fencing-policy")
-			_, err = manifests.CreateFromFiles(context.Background(), k8sClient, "",
-				filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "binding.yaml"))
-		}
+		err = manifests.CreateShippedPolicy(context.Background(), k8sClient, "fencing-policy")
 	})
 	if err != nil {
 		t.Fatal(err)
