@@ -61,6 +61,7 @@ type DistributedLockReconciler struct {
 	observations *lease.Observer
 	metrics      *lockMetrics
 	highWater    *tokenHighWater
+	pending      *pendingEvents
 }
 
 // +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks,verbs=get;list;watch;update;patch
@@ -78,6 +79,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.observations.Forget(req.NamespacedName.String())
 			r.metrics.forget(req.NamespacedName)
 			r.highWater.forget(req.NamespacedName)
+			r.pending.forget(req.NamespacedName)
 			return r.releaseOrphanRecords(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, fmt.Errorf("reading distributedlock %s: %w", req.NamespacedName, err)
@@ -96,7 +98,9 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 }
 
 // reconcile does one pass: lease in place, one status write, events after.
-func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1alpha1.DistributedLock) (ctrl.Result, error) {
+// The events of Lease writes of a pass that fails after them wait for the
+// next pass (pendingEvents).
+func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1alpha1.DistributedLock) (_ ctrl.Result, err error) {
 	if !lock.DeletionTimestamp.IsZero() {
 		return r.finalizeLock(ctx, lock)
 	}
@@ -111,11 +115,18 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	lockKey := client.ObjectKeyFromObject(lock)
+	leaseEvents = append(r.pending.take(lockKey, lock.UID), leaseEvents...)
+	defer func() {
+		if err != nil {
+			r.pending.keep(lockKey, lock.UID, leaseEvents)
+		}
+	}()
 	// Taken after the Lease was read (it may come from the apiserver, not
 	// the cache): every record observed in this pass existed by now.
 	now := r.Clock.Now()
 
-	key := client.ObjectKeyFromObject(lock).String()
+	key := lockKey.String()
 	var obs lease.Observation
 	var renewIn time.Duration
 	if state.lease != nil {
@@ -137,7 +148,7 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 	}
 
 	res := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: now,
-		highWater: r.highWater.get(client.ObjectKeyFromObject(lock))})
+		highWater: r.highWater.get(lockKey)})
 	grantToken := int64(obs.Record.Transitions)
 	candidateGrant := state.lease != nil && obs.Record.Holder != "" &&
 		state.lease.Annotations[locksv1alpha1.CandidateGrantAnnotation] == obs.Record.Holder
@@ -159,7 +170,6 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 	}
 	leaseEvents = newLeaseEvents(oldStatus, state.reason, leaseEvents)
 	statusEvents := statusEventsBesides(leaseEvents, res.events)
-	lockKey := client.ObjectKeyFromObject(lock)
 	r.metrics.statusWritten(lockKey, &lock.Status, r.Clock.Now())
 	r.metrics.observed(lockKey, append(candidateTransitions(leaseEvents), statusEvents...), now)
 	r.recordEvents(lock, state.lease, append(leaseEvents, statusEvents...))
@@ -221,8 +231,15 @@ func newLeaseEvents(old *locksv1alpha1.DistributedLockStatus, readyReason string
 	ready := meta.FindStatusCondition(old.Conditions, locksv1alpha1.ConditionReady)
 	repeated := ready != nil && ready.Reason == readyReason
 	return slices.DeleteFunc(slices.Clone(evs), func(ev lockEvent) bool {
-		return repeated && (ev.reason == EventLeaseConflict || ev.reason == EventSelectorInvalid)
+		return repeated && recurringWarning(ev.reason)
 	})
+}
+
+// recurringWarning reports whether a lease event is a warning every pass
+// repeats while its cause lasts (a foreign Lease, a bad selector), not the
+// report of a write.
+func recurringWarning(reason string) bool {
+	return reason == EventLeaseConflict || reason == EventSelectorInvalid
 }
 
 func (r *DistributedLockReconciler) recordEvents(lock *locksv1alpha1.DistributedLock, lease *coordinationv1.Lease, evs []lockEvent) {
@@ -316,6 +333,7 @@ func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ct
 	r.observations = lease.NewObserver()
 	r.metrics = newLockMetrics()
 	r.highWater = newTokenHighWater()
+	r.pending = newPendingEvents()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &locksv1alpha1.DistributedLock{}, leaseNameIndex,
 		func(o client.Object) []string {
 			l := o.(*locksv1alpha1.DistributedLock)

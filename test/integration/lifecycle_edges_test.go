@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/controllers"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
@@ -30,23 +31,50 @@ import (
 // apiserver it could not reach) until the returned func is called.
 func refuseLeaseCreate(t *testing.T, ns, name string) func() {
 	t.Helper()
+	rule := admissionv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}}
+	return refuse(t, "refuse-create-"+ns, admissionv1.Create, rule,
+		"object.metadata.name != '"+name+"' || object.metadata.namespace != '"+ns+"'",
+		func(ctx context.Context) error { // a dry run, which changes nothing
+			return k8sClient.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}, client.DryRunAll)
+		})
+}
+
+// refuseStatusUpdates makes the apiserver refuse every status write of the
+// named lock (the controller's pass then fails after its Lease writes, as
+// when it loses a status write race) until the returned func is called.
+func refuseStatusUpdates(t *testing.T, ns, name string) func() {
+	t.Helper()
+	rule := admissionv1.Rule{APIGroups: []string{locksv1alpha1.GroupVersion.Group}, APIVersions: []string{locksv1alpha1.GroupVersion.Version},
+		Resources: []string{"distributedlocks/status"}}
+	return refuse(t, "refuse-status-"+ns, admissionv1.Update, rule,
+		"object.metadata.name != '"+name+"' || object.metadata.namespace != '"+ns+"'",
+		func(ctx context.Context) error { // a dry run, which changes nothing
+			lk := &locksv1alpha1.DistributedLock{}
+			if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, lk); err != nil {
+				return err
+			}
+			return k8sClient.Status().Update(ctx, lk, client.DryRunAll)
+		})
+}
+
+// refuse installs a ValidatingAdmissionPolicy that denies op on rule's
+// resources unless expression holds, waits until probe is refused (the
+// apiserver picks policies up asynchronously), and returns the func that
+// removes it.
+func refuse(t *testing.T, policyName string, op admissionv1.OperationType, rule admissionv1.Rule, expression string,
+	probe func(context.Context) error) func() {
+	t.Helper()
 	ctx := context.Background()
 	g := NewWithT(t)
-	policyName := "refuse-create-" + ns
 	fail := admissionv1.Fail
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: policyName},
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: &fail,
 			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Create},
-					Rule:       admissionv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}},
-				},
+				RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{op}, Rule: rule},
 			}}},
-			Validations: []admissionv1.Validation{{
-				Expression: "object.metadata.name != '" + name + "' || object.metadata.namespace != '" + ns + "'",
-				Message:    "test: creating this Lease is refused"}},
+			Validations: []admissionv1.Validation{{Expression: expression, Message: "test: " + policyName}},
 		},
 	}
 	g.Expect(k8sClient.Create(ctx, policy)).To(Succeed())
@@ -55,8 +83,8 @@ func refuseLeaseCreate(t *testing.T, ns, name string) func() {
 		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policyName, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
 	}
 	g.Expect(k8sClient.Create(ctx, binding)).To(Succeed())
-	eventually(t, 10*time.Second, func(g Gomega) { // in force once a dry run is refused
-		err := k8sClient.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}, client.DryRunAll)
+	eventually(t, 10*time.Second, func(g Gomega) {
+		err := probe(ctx)
 		g.Expect(apierrors.IsInvalid(err) || apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 	})
 	return func() {
@@ -398,4 +426,42 @@ func TestBreakLeavesALeaseTheLockDoesNotControlAlone(t *testing.T) {
 	l := getLease(g, ns, "scheduler")
 	g.Expect(ptr.Deref(l.Spec.HolderIdentity, "")).To(Equal("leader-1"))
 	g.Expect(ptr.Deref(l.Spec.LeaseTransitions, 0)).To(BeEquivalentTo(3))
+}
+
+// A pass that hands a candidates-mode lock on and then fails its status
+// write (here refused; in a cluster, a lost write race) still reports the
+// hand-off once a status write lands: the pass that runs again finds the
+// Lease written and writes nothing, so the events of the failed pass's
+// Lease writes wait for it (pendingEvents) rather than being dropped, and
+// the new holder is not reported as a takeover.
+func TestHandOffIsReportedAfterAFailedStatusWrite(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	web := map[string]string{"app": "web"}
+	c0 := createPod(t, ns, "c-0", web, true)
+	createPod(t, ns, "c-1", web, true)
+	createReadyLock(t, testutil.MakeLock("leader", ns).LeaseDuration(2).Candidates(web).Obj())
+	eventually(t, 3*time.Second, func(g Gomega) {
+		g.Expect(getLock(g, ns, "leader").Status.HolderPod).To(Equal("c-0"))
+	})
+
+	allow := refuseStatusUpdates(t, ns, "leader")
+	g := NewWithT(t)
+	g.Expect(k8sClient.Delete(ctx, c0)).To(Succeed())
+	eventually(t, 10*time.Second, func(g Gomega) { // revoked, then handed on, in the Lease alone
+		l := getLease(g, ns, "leader")
+		g.Expect(locksv1alpha1.PodNameOf(ptr.Deref(l.Spec.HolderIdentity, ""))).To(Equal("c-1"))
+		g.Expect(getLock(g, ns, "leader").Status.HolderPod).To(Equal("c-0"), "the status write was not refused")
+	})
+	allow()
+
+	eventually(t, 15*time.Second, func(g Gomega) {
+		lk := getLock(g, ns, "leader")
+		g.Expect(lk.Status.HolderPod).To(Equal("c-1"))
+		g.Expect(lk.Status.FencingToken).To(BeEquivalentTo(2))
+		g.Expect(eventMessages(g, ns, "leader", controllers.EventHandedOff)).To(
+			ContainElement(ContainSubstring("pod c-0 is gone: handed the lock revoked from c-0 to c-1 with fencing token 2")))
+		g.Expect(eventReasons(g, ns, "leader")).To(ContainElement(controllers.EventRevoked))
+	})
+	g.Expect(eventReasons(g, ns, "leader")).NotTo(ContainElement(controllers.EventTakenOver), "the hand-off was reported as a takeover")
 }
