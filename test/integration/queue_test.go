@@ -349,7 +349,12 @@ func TestHolderKeepsItsGrantThroughACrowdRegistering(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	waiters := newCrowd(t, ctx, ns, "billing", size)
 	defer func() { cancel(); waiters.wait() }()
-	waiters.run(t, func(*lock.Grant) {})
+	// The first waiter granted holds the lock until the hand-off is
+	// checked: released at once, it would hand the lock on again.
+	firstGrant, checked := make(chan *lock.Grant, 1), make(chan struct{})
+	defer close(checked)
+	var first sync.Once
+	waiters.run(t, func(gr *lock.Grant) { first.Do(func() { firstGrant <- gr; <-checked }) })
 	// Hold through the crowd's registration, and at least three leases.
 	held := time.Now()
 	var queuedIn time.Duration
@@ -366,7 +371,10 @@ func TestHolderKeepsItsGrantThroughACrowdRegistering(t *testing.T) {
 	g.Expect(holder.Err()).NotTo(HaveOccurred(), "the holder lost its grant in the crowd")
 	t.Logf("the crowd of %d queued within %s", size, queuedIn.Round(time.Millisecond))
 	g.Expect(holder.Release(context.Background())).To(Succeed())
+	var head *lock.Grant
+	g.Eventually(firstGrant, 10*time.Second).Should(Receive(&head), "nobody took up the hand-off")
 	handed := getLease(g, ns, "billing")
-	g.Expect(handed.Spec.HolderIdentity).To(HaveValue(HavePrefix("waiter-")), "the release handed the lock to the head")
+	g.Expect(handed.Spec.HolderIdentity).To(HaveValue(Equal(head.Holder())), "the release handed the lock to the head")
+	g.Expect(head.Token()).To(Equal(holder.Token() + 1))
 	g.Expect(handed.Annotations).To(HaveKeyWithValue(lease.HandedOffByAnnotation, "holder"), "the release handed the lock to the head")
 }
