@@ -52,6 +52,15 @@ func TestLeaseGuardRefusesWritesThatBreakFencing(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 	})
 	g.Expect(gr.Release(ctx)).To(Succeed())
+	// The apiserver enforces a policy only some moments after it is
+	// created (a run of this test alone deploys it just now): wait until a
+	// dry run, which changes nothing, is refused.
+	eventually(t, 10*time.Second, func(g Gomega) {
+		l := getLease(g, ns, "billing")
+		l.Spec.LeaseTransitions = ptr.To[int32](0)
+		_, err := clientset.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		g.Expect(err).To(MatchError(ContainSubstring("may never decrease")))
+	})
 
 	refused := []struct {
 		name    string
