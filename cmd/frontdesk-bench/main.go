@@ -37,6 +37,7 @@ func main() {
 	flag.StringVar(&opts.AssetsDir, "assets", "", "Directory with kube-apiserver, etcd and kubectl (default: $KUBEBUILDER_ASSETS, else bin/k8s).")
 	flag.IntVar(&opts.Iterations, "iterations", 500, "Samples of each uncontended operation.")
 	flag.IntVar(&opts.Handoffs, "handoffs", 200, "Handoffs measured per waiter count.")
+	flag.IntVar(&opts.HandoffRounds, "handoff-rounds", 4, "Turns each waiter count gets: the handoffs are measured in that many blocks, alternating between the waiter counts.")
 	flag.BoolVar(&opts.LeaseGuard, "lease-guard", true, "Install config/lease-policy (as config/default does) so that every Lease write measured passes through it.")
 	flag.StringVar(&waiters, "waiters", "1,10,50,200", "Comma-separated waiter counts for the handoff and writes measurements.")
 	var duration int

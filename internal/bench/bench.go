@@ -5,6 +5,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -38,6 +39,10 @@ type Options struct {
 	Handoffs int
 	// Waiters are the waiter counts for the handoff measurement.
 	Waiters []int
+	// HandoffRounds is how many turns each waiter count gets in the
+	// handoff measurement (see rotation): Handoffs are measured in that
+	// many blocks, alternating between the waiter counts (0 counts as 1).
+	HandoffRounds int
 	// LeaseDurationSeconds of every lock measured.
 	LeaseDurationSeconds int32
 	// LeaseGuard installs config/lease-policy before measuring, as
@@ -65,10 +70,29 @@ func (r Row) Percentile(p float64) time.Duration {
 
 const namespace = "bench"
 
+// validate says what is wrong with opts before anything starts.
+func (opts Options) validate() error {
+	if opts.Iterations < 1 || opts.Handoffs < 1 {
+		return fmt.Errorf("iterations (%d) and handoffs (%d) must be at least 1", opts.Iterations, opts.Handoffs)
+	}
+	if len(opts.Waiters) == 0 {
+		return errors.New("no waiter counts to measure handoffs with")
+	}
+	for i, w := range opts.Waiters {
+		if w < 1 || slices.Contains(opts.Waiters[:i], w) {
+			return fmt.Errorf("waiter counts %v: each must be at least 1 and appear once (each has a lock of its own)", opts.Waiters)
+		}
+	}
+	return nil
+}
+
 // Run starts a local control plane with the manager, measures, and prints
 // the tables to out: latencies, then what each operation costs the
 // apiserver in writes. It returns the rows for callers that check them.
 func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, []WritesRow, error) {
+	if err := opts.validate(); err != nil {
+		return nil, nil, err
+	}
 	env, err := localrun.StartEnvironment(ctx, localrun.EnvironmentOptions{AssetsDir: opts.AssetsDir, MetricsBindAddress: "0"})
 	if err != nil {
 		return nil, nil, err
@@ -107,14 +131,25 @@ func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, []WritesRow, 
 		}
 	}
 
-	raw, err := measureRawCAS(ctx, cs, "raw", opts.Iterations, 0)
+	raw, err := measureRawCAS(ctx, cs, "raw", opts.Iterations, 0, 0)
 	if err != nil {
 		return nil, nil, err
 	}
-	rows := []Row{raw}
+	// A handoff comes after its holder held the lock (handoffHold), and
+	// every request after a pause is slower here than one right after
+	// another (docs/benchmarks.md): the same write after the same pause is
+	// what a handoff compares with. Half of it is measured before the
+	// handoffs and half after, so that the machine's drift during the run
+	// weighs on both alike; at most 100 samples (about 11 s).
+	pausedSamples := max(min(opts.Iterations, 100)/2, 1)
+	pausedBefore, err := measureRawCAS(ctx, cs, "raw", pausedSamples, 0, handoffHold)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows := []Row{raw, pausedBefore}
 	if most := slices.Max(opts.Waiters); most > 1 {
 		// What the Lease's size alone costs a write at the most waiters.
-		rawQueued, err := measureRawCAS(ctx, cs, "raw", opts.Iterations, most)
+		rawQueued, err := measureRawCAS(ctx, cs, "raw", opts.Iterations, most, 0)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -125,14 +160,18 @@ func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, []WritesRow, 
 		return nil, nil, err
 	}
 	rows = append(rows, lib...)
-	for _, w := range opts.Waiters {
-		handoff, err := measureHandoff(ctx, cs, env, fmt.Sprintf("handoff-%d", w), w, opts.Handoffs)
-		if err != nil {
-			return nil, nil, err
-		}
-		rows = append(rows, handoff...)
+	handoffs, err := measureHandoffs(ctx, cs, env, opts)
+	if err != nil {
+		return nil, nil, err
 	}
-	printTable(out, rows, opts)
+	rows = append(rows, handoffs...)
+	pausedAfter, err := measureRawCAS(ctx, cs, "raw", pausedSamples, 0, handoffHold)
+	if err != nil {
+		return nil, nil, err
+	}
+	paused := sorted(Row{Name: pausedBefore.Name, Samples: append(pausedBefore.Samples, pausedAfter.Samples...)})
+	rows[1] = paused
+	printTable(out, rows, opts, raw, paused)
 
 	writes, err := measureWrites(ctx, cs, env, opts)
 	if err != nil {
@@ -169,23 +208,31 @@ func measureWrites(ctx context.Context, cs kubernetes.Interface, env *localrun.E
 // measureRawCAS times client-go Lease Updates carrying the resourceVersion
 // of the previous write: the floor every lock operation stands on. With
 // queued > 0 the Lease first gets a queue of that many waiters (the size a
-// Lease has with that many waiting), and loses it after.
-func measureRawCAS(ctx context.Context, cs kubernetes.Interface, name string, n, queued int) (Row, error) {
+// Lease has with that many waiting), and loses it after. With pause > 0
+// each write waits that long after the one before.
+func measureRawCAS(ctx context.Context, cs kubernetes.Interface, name string, n, queued int, pause time.Duration) (Row, error) {
 	leases := cs.CoordinationV1().Leases(namespace)
 	l, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return Row{}, fmt.Errorf("reading lease %s: %w", name, err)
 	}
-	rowName := "raw Lease CAS update (client-go)"
+	rowName := "raw Lease CAS update"
+	if queued == 0 && pause == 0 {
+		rowName += " (client-go)"
+	}
 	if queued > 0 {
-		rowName = fmt.Sprintf("raw Lease CAS update, Lease carrying a queue of %d", queued)
+		rowName += fmt.Sprintf(", Lease carrying a queue of %d", queued)
 		if l, err = writeQueue(ctx, leases, l, queued); err != nil {
 			return Row{}, err
 		}
 		defer func() { _, _ = writeQueue(context.Background(), leases, l, 0) }()
 	}
+	if pause > 0 {
+		rowName += fmt.Sprintf(", %s after the one before", pause)
+	}
 	samples := make([]time.Duration, 0, n)
 	for i := range n + n/10 {
+		time.Sleep(pause)
 		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
 		start := time.Now()
 		if l, err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
@@ -252,37 +299,93 @@ func measureUncontended(ctx context.Context, cs kubernetes.Interface, env *local
 	}, nil
 }
 
-// measureHandoff keeps one holder and `waiters` clients of the library
-// blocked in Acquire on lock name (see handoff), measured once every
-// waiter has joined the queue (as a watch of the Lease sees it); the
-// handoffs before that, while the crowd was still registering, are a row
-// of their own.
-func measureHandoff(ctx context.Context, cs kubernetes.Interface, env *localrun.Environment, name string, waiters, handoffs int) ([]Row, error) {
+// measureHandoffs measures the handoffs among each number of waiters, on
+// a lock of its own (handoff-<n>): one holder and n clients of the library
+// blocked in Acquire (see handoff), measured once every waiter has joined
+// the queue (as a watch of the Lease sees it), the numbers of waiters in
+// turns (see rotation). The handoffs before a crowd had joined, while it
+// was still registering, are a row of their own; the next crowd starts
+// once the one before has joined and waits for its turn.
+func measureHandoffs(ctx context.Context, cs kubernetes.Interface, env *localrun.Environment, opts Options) ([]Row, error) {
 	dyn, err := dynamicFor(env)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := cs.CoordinationV1().Leases(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-	if err != nil {
-		return nil, err
+	rounds := max(opts.HandoffRounds, 1)
+	rot := newRotation(len(opts.Waiters), opts.Handoffs, (opts.Handoffs+rounds-1)/rounds, cancel)
+	results := make([]handoffRows, len(opts.Waiters))
+	errs := make(chan error, len(opts.Waiters))
+	var wg sync.WaitGroup
+	for i, n := range opts.Waiters {
+		name := fmt.Sprintf("handoff-%d", n)
+		joined := followQueue(runCtx, cs, name, n)
+		pace := rot.pacer(i, func() bool { return joined.count() >= n })
+		wg.Go(func() {
+			h, err := handoff(runCtx, frontdeskSystem{cs: cs, dyn: dyn}, name, n, pace)
+			if err != nil {
+				errs <- fmt.Errorf("handoffs with %d waiters: %w", n, err)
+				cancel()
+			}
+			results[i] = h
+		})
+		if rot.waitParked(runCtx, i) != nil {
+			break
+		}
 	}
-	defer w.Stop()
-	joined := &joinedQueue{seen: map[string]bool{}}
-	go joined.follow(w, waiters)
-	h, err := handoff(ctx, frontdeskSystem{cs: cs, dyn: dyn}, name, waiters, handoffs, func() bool { return joined.count() >= waiters })
-	if err != nil {
-		return nil, err
+	// The last crowd's final unmeasured handoff is followed by its writes
+	// (the old holder queueing again, the status write): let them pass, as
+	// a hold lets them pass before every measured release.
+	select {
+	case <-runCtx.Done():
+	case <-time.After(handoffHold):
+		rot.start()
 	}
-	h.fromDone.Name = fmt.Sprintf("handoff, %d waiters: Release returned → next holds", waiters)
-	h.fromStart.Name = fmt.Sprintf("handoff, %d waiters: Release called → next holds", waiters)
-	rows := []Row{h.fromDone, h.fromStart}
-	if len(h.arriving.Samples) > 0 {
-		h.arriving.Name = fmt.Sprintf("handoff, %d waiters still queueing: Release called → next holds", waiters)
-		rows = append(rows, h.arriving)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("measuring handoffs: %w", err)
+	}
+	var rows []Row
+	for i, n := range opts.Waiters {
+		h := results[i]
+		h.fromDone.Name = fmt.Sprintf("handoff, %d waiters: Release returned → next holds", n)
+		h.fromStart.Name = fmt.Sprintf("handoff, %d waiters: Release called → next holds", n)
+		rows = append(rows, h.fromDone, h.fromStart)
+		if len(h.arriving.Samples) > 0 {
+			h.arriving.Name = fmt.Sprintf("handoff, %d waiters still queueing: Release called → next holds", n)
+			rows = append(rows, h.arriving)
+		}
 	}
 	return rows, nil
+}
+
+// followQueue watches the Lease name until n identities have been seen in
+// its queue, or ctx ends.
+func followQueue(ctx context.Context, cs kubernetes.Interface, name string, n int) *joinedQueue {
+	joined := &joinedQueue{seen: map[string]bool{}}
+	go func() {
+		// A watch that ends or cannot open is opened again (a second
+		// later): the identities seen so far are kept, and a new watch
+		// starts with the Lease as it is.
+		for ctx.Err() == nil && joined.count() < n {
+			w, err := cs.CoordinationV1().Leases(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+			if err == nil {
+				joined.follow(w, n)
+				continue
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return joined
 }
 
 // joinedQueue counts the identities ever seen in a Lease's queue.
@@ -291,11 +394,15 @@ type joinedQueue struct {
 	seen map[string]bool
 }
 
-// follow reads w until n identities have been seen, then stops it (so that
-// the measurement is not also decoding every change of the Lease).
+// follow reads w until n identities have been seen (then it stops w, so
+// that the measurement is not also decoding every change of the Lease), or
+// w ends or reports an error.
 func (j *joinedQueue) follow(w watch.Interface, n int) {
 	defer w.Stop()
 	for ev := range w.ResultChan() {
+		if ev.Type == watch.Error {
+			return
+		}
 		if l, ok := ev.Object.(*coordinationv1.Lease); ok {
 			j.mu.Lock()
 			for _, w := range lease.Queue(l) {
@@ -310,6 +417,7 @@ func (j *joinedQueue) follow(w watch.Interface, n int) {
 	}
 }
 
+// count is how many identities have been seen in the queue.
 func (j *joinedQueue) count() int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -329,19 +437,21 @@ func sorted(r Row) Row {
 	return r
 }
 
-func printTable(out io.Writer, rows []Row, opts Options) {
+// printTable prints the latencies, each p50 against the raw CAS's, right
+// after the write before it (raw) and after a pause as long as a handoff's
+// hold (paused).
+func printTable(out io.Writer, rows []Row, opts Options, raw, paused Row) {
 	guard := "off"
 	if opts.LeaseGuard {
 		guard = "on"
 	}
 	fmt.Fprintf(out, "frontdesk bench: %d CPUs, %s, lease %ds, lease guard policy %s, local etcd + kube-apiserver + manager in one process tree\n\n",
 		runtime.NumCPU(), runtime.Version(), opts.LeaseDurationSeconds, guard)
-	raw := rows[0].Percentile(50)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(w, "operation\tn\tp50\tp99\tp50 / raw CAS p50\t")
+	fmt.Fprintf(w, "operation\tn\tp50\tp99\tp50 / raw CAS p50\tp50 / raw CAS p50 after %s\t\n", handoffHold)
 	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%.2fx\t\n", r.Name, len(r.Samples), ms(r.Percentile(50)), ms(r.Percentile(99)),
-			float64(r.Percentile(50))/float64(raw))
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%.2fx\t%.2fx\t\n", r.Name, len(r.Samples), ms(r.Percentile(50)), ms(r.Percentile(99)),
+			float64(r.Percentile(50))/float64(raw.Percentile(50)), float64(r.Percentile(50))/float64(paused.Percentile(50)))
 	}
 	_ = w.Flush()
 }

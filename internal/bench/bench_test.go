@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -35,7 +36,7 @@ func TestBenchShortRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	rows, writes, err := Run(ctx, Options{Iterations: 20, Handoffs: 10, Waiters: []int{1, 3}, LeaseDurationSeconds: 15, LeaseGuard: true}, &out)
+	rows, writes, err := Run(ctx, Options{Iterations: 20, Handoffs: 10, HandoffRounds: 2, Waiters: []int{1, 3}, LeaseDurationSeconds: 15, LeaseGuard: true}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,9 +69,9 @@ func TestBenchShortRun(t *testing.T) {
 			queueing++
 		}
 	}
-	// Raw CAS twice (the second on a Lease carrying a queue of 3), three
-	// uncontended rows.
-	if wantRows := 5 + 2*2 + queueing; len(rows) != wantRows || queueing > 2 {
+	// Raw CAS three times (the second after a pause, the third on a Lease
+	// carrying a queue of 3), three uncontended rows.
+	if wantRows := 6 + 2*2 + queueing; len(rows) != wantRows || queueing > 2 {
 		t.Fatalf("%d rows (%d of handoffs while queueing), want %d:\n%s", len(rows), queueing, wantRows, out.String())
 	}
 	for _, r := range rows {
@@ -86,6 +87,25 @@ func TestBenchShortRun(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), r.Name) {
 			t.Errorf("table lacks row %q", r.Name)
+		}
+		// Every waiter count gets exactly its handoffs, in turns.
+		if strings.HasPrefix(r.Name, "handoff") && !strings.Contains(r.Name, "still queueing") && len(r.Samples) != 10 {
+			t.Errorf("row %q: %d samples, want the 10 handoffs asked for", r.Name, len(r.Samples))
+		}
+	}
+}
+
+// Options that cannot be measured are refused before anything starts.
+func TestBenchRefusesBadOptions(t *testing.T) {
+	for _, opts := range []Options{
+		{Iterations: 1, Handoffs: 0, Waiters: []int{1}},
+		{Iterations: 0, Handoffs: 1, Waiters: []int{1}},
+		{Iterations: 1, Handoffs: 1},
+		{Iterations: 1, Handoffs: 1, Waiters: []int{10, 10}},
+		{Iterations: 1, Handoffs: 1, Waiters: []int{0}},
+	} {
+		if _, _, err := Run(context.Background(), opts, io.Discard); err == nil {
+			t.Errorf("%+v: no error", opts)
 		}
 	}
 }

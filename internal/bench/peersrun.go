@@ -173,7 +173,7 @@ func measurePeer(ctx context.Context, sys lockSystem, opts PeersOptions, holderA
 		row.Note = "no waiting or expiry: uncontended floor only"
 		return row, nil
 	}
-	h, err := handoff(ctx, sys, "handoff", 10, opts.Handoffs, nil)
+	h, err := handoff(ctx, sys, "handoff", 10, &everyHandoff{n: opts.Handoffs})
 	if err != nil {
 		return row, err
 	}
@@ -225,7 +225,7 @@ func throughput(ctx context.Context, sys lockSystem, n int, d time.Duration) (fl
 // write included), to the next holder's Acquire returning.
 type handoffRows struct {
 	fromDone, fromStart Row
-	// arriving is fromStart for the handoffs before settled (see handoff):
+	// arriving is fromStart for the handoffs the pacer did not measure:
 	// while waiters were still joining the queue. Not counted in the
 	// others.
 	arriving Row
@@ -236,16 +236,16 @@ type handoffRows struct {
 const handoffHold = 100 * time.Millisecond
 
 // handoff: waiters+1 clients on lock key; each holder holds a moment
-// (handoffHold), releases, and waits for the next grant before queueing
-// again, so every handoff goes to a waiter already queued. With settled
-// (nil: from the first handoff), handoffs are measured once settled
-// reports true, every waiter having joined the queue; those before it are
-// the arriving row.
-func handoff(ctx context.Context, sys lockSystem, key string, waiters, handoffs int, settled func() bool) (handoffRows, error) {
+// (handoffHold), waits until pace lets it release, releases, and waits for
+// the next grant before queueing again, so every handoff goes to a waiter
+// already queued. It returns once pace says the measurement is over, or
+// ctx ends.
+func handoff(ctx context.Context, sys lockSystem, key string, waiters int, pace handoffPacer) (handoffRows, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	base := time.Now()
 	var releaseStarted, releaseDone, grants atomic.Int64 // times since base; 0 = no release yet
+	var measuredRelease atomic.Bool                      // the last release started a measured handoff
 	var mu sync.Mutex
 	var fromStart, fromDone, arriving []time.Duration
 	errs := make(chan error, waiters+1)
@@ -268,7 +268,7 @@ func handoff(ctx context.Context, sys lockSystem, key string, waiters, handoffs 
 				}
 				now := time.Since(base)
 				got := grants.Add(1)
-				if started := releaseStarted.Load(); started != 0 {
+				if started := releaseStarted.Load(); started != 0 && ctx.Err() == nil {
 					// A release that hands the lock on in its own write can
 					// have the next holder hold before it returns: 0.
 					sinceDone := time.Duration(0)
@@ -276,14 +276,14 @@ func handoff(ctx context.Context, sys lockSystem, key string, waiters, handoffs 
 						sinceDone = max(now-time.Duration(done), 0)
 					}
 					mu.Lock()
-					if settled != nil && !settled() {
-						arriving = append(arriving, now-time.Duration(started))
-					} else {
+					if measuredRelease.Load() {
 						fromStart = append(fromStart, now-time.Duration(started))
 						fromDone = append(fromDone, sinceDone)
-						if len(fromStart) >= handoffs {
+						if pace.record() {
 							cancel()
 						}
+					} else {
+						arriving = append(arriving, now-time.Duration(started))
 					}
 					mu.Unlock()
 				}
@@ -291,6 +291,12 @@ func handoff(ctx context.Context, sys lockSystem, key string, waiters, handoffs 
 				// previous holder included) are queued before the release:
 				// a hand-off to a waiter, in every system measured.
 				time.Sleep(handoffHold)
+				measured, err := pace.await(ctx)
+				if err != nil {
+					_ = release(context.Background())
+					return
+				}
+				measuredRelease.Store(measured)
 				releaseDone.Store(0)
 				releaseStarted.Store(int64(time.Since(base)))
 				if err := release(context.Background()); err != nil {
@@ -316,8 +322,7 @@ func handoff(ctx context.Context, sys lockSystem, key string, waiters, handoffs 
 		return handoffRows{}, err
 	default:
 	}
-	n := min(len(fromStart), handoffs)
-	return handoffRows{fromDone: sorted(Row{Samples: fromDone[:n]}), fromStart: sorted(Row{Samples: fromStart[:n]}),
+	return handoffRows{fromDone: sorted(Row{Samples: fromDone}), fromStart: sorted(Row{Samples: fromStart}),
 		arriving: sorted(Row{Samples: arriving})}, nil
 }
 
