@@ -373,14 +373,17 @@ func followQueue(ctx context.Context, cs kubernetes.Interface, name string, n in
 		// A watch that ends or cannot open is opened again (a second
 		// later): the identities seen so far are kept, and a new watch
 		// starts with the Lease as it is.
-		for ctx.Err() == nil && joined.count() < n {
+		for {
 			w, err := cs.CoordinationV1().Leases(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
 			if err == nil {
 				joined.follow(w, n)
-				continue
+			}
+			if ctx.Err() != nil || joined.count() >= n {
+				return
 			}
 			select {
 			case <-ctx.Done():
+				return
 			case <-time.After(time.Second):
 			}
 		}
