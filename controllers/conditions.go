@@ -22,6 +22,9 @@ const (
 	EventLeaseRecreated = "LeaseRecreated"
 	// EventLeaseAdopted: an existing Lease was adopted by the lock.
 	EventLeaseAdopted = "LeaseAdopted"
+	// EventTokenEpochStarted: the Lease's leaseTransitions had reached its
+	// maximum, and the controller started the next token epoch.
+	EventTokenEpochStarted = "TokenEpochStarted"
 	// EventTokenFloorRestored: the Lease's token was behind the highest
 	// recorded one (it was replaced behind the controller's back); the
 	// controller raised it and voided the grant made with the stale token.

@@ -62,12 +62,13 @@ type DistributedLockReconciler struct {
 	metrics      *lockMetrics
 	highWater    *tokenHighWater
 	pending      *pendingEvents
+	passed       *passedPlaces
 }
 
 // +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks/finalizers,verbs=update
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
@@ -80,6 +81,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.metrics.forget(req.NamespacedName)
 			r.highWater.forget(req.NamespacedName)
 			r.pending.forget(req.NamespacedName)
+			r.passed.take(req.NamespacedName)
 			return r.releaseOrphanRecords(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, fmt.Errorf("reading distributedlock %s: %w", req.NamespacedName, err)
@@ -140,6 +142,18 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 			obs = r.observations.Observe(key, lease.RecordOf(cand.lease), now)
 		}
 		leaseEvents, renewIn = append(leaseEvents, cand.events...), cand.renewIn
+		marked, markIn, err := r.markLapsed(ctx, lock, state.lease, obs, now)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if marked != state.lease {
+			state.lease = marked
+			obs = r.observations.Observe(key, lease.RecordOf(marked), now)
+		}
+		renewIn = earliest(renewIn, markIn)
+		if err := r.removePassedPlaces(ctx, lockKey, state.lease); err != nil {
+			return ctrl.Result{}, err
+		}
 		if cand.selectorErr != nil && state.ready {
 			state.ready, state.reason = false, locksv1alpha1.ReasonInvalidSelector
 			state.message = fmt.Sprintf("candidates mode grants nothing: %v; fix spec.candidates.podSelector", cand.selectorErr)
@@ -149,7 +163,7 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 
 	res := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: now,
 		highWater: r.highWater.get(lockKey)})
-	grantToken := int64(obs.Record.Transitions)
+	grantToken := obs.Record.Token
 	candidateGrant := state.lease != nil && obs.Record.Holder != "" &&
 		state.lease.Annotations[locksv1alpha1.CandidateGrantAnnotation] == obs.Record.Holder
 	if res.status.HolderPod, err = r.holderPodName(ctx, lock, &res.status, grantToken, candidateGrant); err != nil {
@@ -334,6 +348,7 @@ func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ct
 	r.metrics = newLockMetrics()
 	r.highWater = newTokenHighWater()
 	r.pending = newPendingEvents()
+	r.passed = newPassedPlaces()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &locksv1alpha1.DistributedLock{}, leaseNameIndex,
 		func(o client.Object) []string {
 			l := o.(*locksv1alpha1.DistributedLock)

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -84,8 +85,33 @@ func (r *DistributedLockReconciler) ensureRecordedLease(ctx context.Context, loc
 	if err != nil {
 		return leaseState{}, nil, err
 	}
+	if lease.Exhausted(updated) {
+		return r.endTokenEpoch(ctx, updated, events)
+	}
 	return leaseState{lease: updated, ready: true, reason: locksv1alpha1.ReasonLeaseReady,
 		message: fmt.Sprintf("Lease %s is in sync", key.Name)}, events, nil
+}
+
+// endTokenEpoch starts the next token epoch on l, whose leaseTransitions is
+// at its maximum, once no live grant holds it (free, or its grant marked
+// lapsed): every later token is then above every token of the epoch that
+// ended. While a live grant holds it, the lock is not Ready and says so.
+func (r *DistributedLockReconciler) endTokenEpoch(ctx context.Context, l *coordinationv1.Lease, events []lockEvent) (leaseState, []lockEvent, error) {
+	if lease.Holder(l) != "" && !lease.Lapsed(l) {
+		return leaseState{lease: l, reason: locksv1alpha1.ReasonTokensExhausted, message: fmt.Sprintf(
+			"Lease %s is at the last fencing token of its epoch (%d): no further grant can be made until %s releases it "+
+				"or its grant lapses; the controller then starts a new token epoch and tokens continue from %d",
+			l.Name, lease.Token(l), lease.Holder(l), (lease.Epoch(l)+1)*lease.EpochSize+1)}, events, nil
+	}
+	next := lease.NewEpoch(l)
+	if err := r.Update(ctx, next); err != nil {
+		return leaseState{}, nil, fmt.Errorf("starting a new token epoch on lease %s: %w", l.Name, err)
+	}
+	events = append(events, lockEvent{corev1.EventTypeNormal, EventTokenEpochStarted, fmt.Sprintf(
+		"the fencing tokens of Lease %s's epoch %d are used up (%d): started epoch %d; the next grant carries token %d",
+		l.Name, lease.Epoch(l), lease.Token(l), lease.Epoch(next), lease.Token(next)+1)})
+	return leaseState{lease: next, ready: true, reason: locksv1alpha1.ReasonLeaseReady,
+		message: fmt.Sprintf("Lease %s is in sync", l.Name)}, events, nil
 }
 
 // leaseBlocked reports whether the lock may not use the existing Lease (yet):
@@ -162,22 +188,20 @@ func (r *DistributedLockReconciler) createLease(ctx context.Context, lock *locks
 // given token, tied to no lock yet: the lock label, the created origin, the
 // token finalizer.
 func newRecordLease(lock *locksv1alpha1.DistributedLock, name string, token int64) (*coordinationv1.Lease, error) {
-	if token > locksv1alpha1.MaxFencingToken {
-		return nil, fmt.Errorf("creating lease %s: %w: the recorded floor is %d", name, lease.ErrTokensExhausted, token)
-	}
-	return &coordinationv1.Lease{
+	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
 			Namespace:   lock.Namespace,
 			Labels:      map[string]string{locksv1alpha1.LockNameLabel: lock.Name},
-			Annotations: map[string]string{locksv1alpha1.LeaseOriginAnnotation: locksv1alpha1.LeaseOriginCreated},
+			Annotations: map[string]string{locksv1alpha1.LeaseOriginAnnotation: locksv1alpha1.LeaseOriginCreated,
+				locksv1alpha1.LeaseDurationAnnotation: strconv.Itoa(int(lock.EffectiveLeaseDurationSeconds()))},
 			Finalizers:  []string{locksv1alpha1.LeaseTokenFinalizer},
 		},
 		Spec: coordinationv1.LeaseSpec{
 			LeaseDurationSeconds: ptr.To(lock.EffectiveLeaseDurationSeconds()),
-			LeaseTransitions:     ptr.To(int32(token)),
 		},
-	}, nil
+	}
+	return lease.RaiseToFloor(l, token)
 }
 
 // tokenFloor is recordedFloor for a lock that is to be served: a lock being
@@ -271,6 +295,9 @@ func (r *DistributedLockReconciler) syncLease(ctx context.Context, lock *locksv1
 	if adopting {
 		events = append(events, adoptionEvent(lock, current, l, record))
 	}
+	// Every grant carries the lock's lease duration as the manager last
+	// wrote it here; a live grant keeps the one it was made with.
+	l.Annotations[locksv1alpha1.LeaseDurationAnnotation] = strconv.Itoa(int(lock.EffectiveLeaseDurationSeconds()))
 	if lease.Holder(l) == "" && ptr.Deref(l.Spec.LeaseDurationSeconds, 0) != lock.EffectiveLeaseDurationSeconds() {
 		l.Spec.LeaseDurationSeconds = ptr.To(lock.EffectiveLeaseDurationSeconds())
 	}
@@ -342,6 +369,9 @@ func holderLapse(lock *locksv1alpha1.DistributedLock, l *coordinationv1.Lease, o
 		return time.Time{}
 	}
 	lapse := obs.Deadline(lockDuration(lock))
+	if obs.Record.Lapsed {
+		lapse = obs.ObservedAt // the controller's own mark: lapsed already
+	}
 	if l.Annotations[locksv1alpha1.RevokedAnnotation] == obs.Record.Holder {
 		lapse = maxTime(lapse, obs.ObservedAt.Add(handOffDelay(lock)))
 	}

@@ -149,7 +149,7 @@ func (r *DistributedLockReconciler) retireOrHandBack(ctx context.Context, lock *
 	if lapse := holderLapse(lock, l, obs); now.Before(lapse) {
 		if err := r.setDeletingStatus(ctx, lock, fmt.Sprintf(
 			"the lock is being deleted: waiting for holder %s (fencing token %d) to release or lapse (~%s), "+
-				"then Lease %s stays as the record of its fencing tokens", obs.Record.Holder, obs.Record.Transitions,
+				"then Lease %s stays as the record of its fencing tokens", obs.Record.Holder, obs.Record.Token,
 			lapse.UTC().Format(time.RFC3339), l.Name)); err != nil {
 			return false, 0, err
 		}
@@ -285,9 +285,10 @@ func (r *DistributedLockReconciler) handBack(ctx context.Context, lock *locksv1a
 	controllerutil.RemoveFinalizer(back, locksv1alpha1.LeaseTokenFinalizer)
 	delete(back.Labels, locksv1alpha1.LockNameLabel)
 	lease.DropFrontLabels(back)
-	for _, a := range []string{locksv1alpha1.LeaseOriginAnnotation, locksv1alpha1.CandidateGrantAnnotation, locksv1alpha1.RevokedAnnotation,
-		lease.QueueAnnotation, lease.TicketAnnotation, lease.HandedOffByAnnotation, lease.GrantNonceAnnotation} {
-		delete(back.Annotations, a)
+	for key := range back.Annotations {
+		if lease.IsFrontdeskAnnotation(key) {
+			delete(back.Annotations, key)
+		}
 	}
 	if err := r.Update(ctx, back); err != nil {
 		return fmt.Errorf("handing back lease %s: %w", l.Name, err)

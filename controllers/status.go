@@ -73,7 +73,7 @@ func deriveStatus(in statusInput) statusResult {
 	}
 
 	rec := in.observation.Record
-	st.FencingToken = max(old.FencingToken, int64(rec.Transitions), in.highWater)
+	st.FencingToken = max(old.FencingToken, rec.Token, in.highWater)
 	st.Holder = rec.Holder
 	st.AcquireTime = current.Spec.AcquireTime.DeepCopy()
 
@@ -85,23 +85,23 @@ func deriveStatus(in statusInput) statusResult {
 		setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonInvalidGrant,
 			fmt.Sprintf("the Lease names %s as holder with fencing token %d, which was already granted (to %s): "+
 				"a holder written by hand, not a grant; nobody may act on it. It is judged like a holder and lapses unless renewed",
-				rec.Holder, rec.Transitions, orNobody(old.Holder)))
+				rec.Holder, rec.Token, orNobody(old.Holder)))
 		expiresIn = max(in.observation.Deadline(lockDuration(in.lock)).Sub(in.now), 0)
 	case current.Annotations[locksv1alpha1.RevokedAnnotation] == rec.Holder:
 		setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonRevoked,
 			fmt.Sprintf("the grant of candidate %s (fencing token %d) was revoked: it is no longer eligible; "+
-				"the lock is handed on once the pod is gone or the hand-off delay has passed", locksv1alpha1.PodNameOf(rec.Holder), rec.Transitions))
+				"the lock is handed on once the pod is gone or the hand-off delay has passed", locksv1alpha1.PodNameOf(rec.Holder), rec.Token))
 	default:
 		duration := rec.Duration(lockDuration(in.lock))
 		deadline := in.observation.Deadline(lockDuration(in.lock))
-		if remaining := deadline.Sub(in.now); remaining > 0 && !lapseRecorded(old, rec, current) {
+		if remaining := deadline.Sub(in.now); remaining > 0 && !rec.Lapsed && !lapseRecorded(old, rec, current) {
 			expiresIn = remaining
 			setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionTrue, locksv1alpha1.ReasonHeld,
-				fmt.Sprintf("held by %s with fencing token %d", rec.Holder, rec.Transitions))
+				fmt.Sprintf("held by %s with fencing token %d", rec.Holder, rec.Token))
 		} else {
 			setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonExpired,
 				fmt.Sprintf("holder %s (fencing token %d) has not renewed within %s, as observed by the controller; any client may take the lock over",
-					rec.Holder, rec.Transitions, duration))
+					rec.Holder, rec.Token, duration))
 		}
 	}
 	// renewTime moves only with a change of the status that operators see
@@ -123,7 +123,7 @@ func deriveStatus(in statusInput) statusResult {
 func lapseRecorded(old locksv1alpha1.DistributedLockStatus, rec lease.Record, current *coordinationv1.Lease) bool {
 	held := meta.FindStatusCondition(old.Conditions, locksv1alpha1.ConditionHeld)
 	return held != nil && held.Reason == locksv1alpha1.ReasonExpired && old.Holder == rec.Holder &&
-		old.FencingToken == int64(rec.Transitions) && old.RenewTime != nil && current.Spec.RenewTime != nil &&
+		old.FencingToken == rec.Token && old.RenewTime != nil && current.Spec.RenewTime != nil &&
 		old.RenewTime.Equal(current.Spec.RenewTime)
 }
 
@@ -150,10 +150,10 @@ func isInvalidGrant(old locksv1alpha1.DistributedLockStatus, rec lease.Record) b
 		return false
 	}
 	held := meta.FindStatusCondition(old.Conditions, locksv1alpha1.ConditionHeld)
-	if held != nil && held.Reason == locksv1alpha1.ReasonInvalidGrant && old.Holder == rec.Holder && old.FencingToken == int64(rec.Transitions) {
+	if held != nil && held.Reason == locksv1alpha1.ReasonInvalidGrant && old.Holder == rec.Holder && old.FencingToken == rec.Token {
 		return true
 	}
-	return rec.Holder != old.Holder && int64(rec.Transitions) <= old.FencingToken && old.FencingToken > 0
+	return rec.Holder != old.Holder && rec.Token <= old.FencingToken && old.FencingToken > 0
 }
 
 func orNobody(holder string) string {
@@ -177,26 +177,26 @@ func transitionEvents(old, cur locksv1alpha1.DistributedLockStatus, rec lease.Re
 			return nil
 		}
 		return []lockEvent{{corev1.EventTypeWarning, EventInvalidGrant, newHeld.Message}}
-	case rec.Holder != "" && int64(rec.Transitions) > old.FencingToken:
+	case rec.Holder != "" && rec.Token > old.FencingToken:
 		if by := current.Annotations[lease.HandedOffByAnnotation]; by != "" && by == old.Holder {
 			return []lockEvent{{corev1.EventTypeNormal, EventHandedOff,
-				fmt.Sprintf("%s released the lock and handed it to %s, the first in its queue, with fencing token %d", by, rec.Holder, rec.Transitions)}}
+				fmt.Sprintf("%s released the lock and handed it to %s, the first in its queue, with fencing token %d", by, rec.Holder, rec.Token)}}
 		}
 		if old.Holder != "" && old.Holder != rec.Holder {
 			return []lockEvent{{corev1.EventTypeNormal, EventTakenOver,
-				fmt.Sprintf("%s took the lock over from %s with fencing token %d", rec.Holder, old.Holder, rec.Transitions)}}
+				fmt.Sprintf("%s took the lock over from %s with fencing token %d", rec.Holder, old.Holder, rec.Token)}}
 		}
 		return []lockEvent{{corev1.EventTypeNormal, EventAcquired,
-			fmt.Sprintf("%s acquired the lock with fencing token %d", rec.Holder, rec.Transitions)}}
-	case rec.Holder == "" && int64(rec.Transitions) > old.FencingToken && old.LeaseName != "":
+			fmt.Sprintf("%s acquired the lock with fencing token %d", rec.Holder, rec.Token)}}
+	case rec.Holder == "" && rec.Token > old.FencingToken && old.LeaseName != "":
 		// A recorded lock whose token went up with nobody granted.
 		if old.Holder != "" {
 			return []lockEvent{{corev1.EventTypeWarning, EventBroken, fmt.Sprintf(
 				"the lock was broken: the grant of %s (fencing token %d) was voided and the fencing token raised to %d",
-				old.Holder, old.FencingToken, rec.Transitions)}}
+				old.Holder, old.FencingToken, rec.Token)}}
 		}
 		return []lockEvent{{corev1.EventTypeWarning, EventBroken, fmt.Sprintf(
-			"the lock was broken while free: the fencing token was raised from %d to %d", old.FencingToken, rec.Transitions)}}
+			"the lock was broken while free: the fencing token was raised from %d to %d", old.FencingToken, rec.Token)}}
 	case rec.Holder == "" && old.Holder != "":
 		return []lockEvent{{corev1.EventTypeNormal, EventReleased,
 			fmt.Sprintf("%s released the lock (fencing token %d)", old.Holder, cur.FencingToken)}}
@@ -206,10 +206,10 @@ func transitionEvents(old, cur locksv1alpha1.DistributedLockStatus, rec lease.Re
 		return nil // the controller's own revocation is reported as Revoked
 	case reasonNow(locksv1alpha1.ReasonExpired) && !reasonBefore(locksv1alpha1.ReasonExpired):
 		return []lockEvent{{corev1.EventTypeWarning, EventExpired,
-			fmt.Sprintf("%s stopped renewing; its lease (fencing token %d) lapsed", rec.Holder, rec.Transitions)}}
+			fmt.Sprintf("%s stopped renewing; its lease (fencing token %d) lapsed", rec.Holder, rec.Token)}}
 	case !reasonNow(locksv1alpha1.ReasonExpired) && reasonBefore(locksv1alpha1.ReasonExpired):
 		return []lockEvent{{corev1.EventTypeWarning, EventRenewed,
-			fmt.Sprintf("%s renewed after its lease had lapsed (fencing token %d); writes it made meanwhile must be fenced", rec.Holder, rec.Transitions)}}
+			fmt.Sprintf("%s renewed after its lease had lapsed (fencing token %d); writes it made meanwhile must be fenced", rec.Holder, rec.Token)}}
 	}
 	return nil
 }

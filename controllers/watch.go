@@ -34,8 +34,11 @@ func (r *DistributedLockReconciler) leaseEvents() handler.EventHandler {
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) {
 			old, oldOK := e.ObjectOld.(*coordinationv1.Lease)
 			cur, curOK := e.ObjectNew.(*coordinationv1.Lease)
-			if oldOK && curOK && routineWrite(old, cur) && !r.observeRoutineWrite(ctx, cur) {
-				return
+			if oldOK && curOK {
+				r.notePassedPlaces(ctx, old, cur)
+				if routineWrite(old, cur) && !r.observeRoutineWrite(ctx, cur) {
+					return
+				}
 			}
 			enqueue(ctx, e.ObjectNew, q)
 		},
@@ -45,8 +48,8 @@ func (r *DistributedLockReconciler) leaseEvents() handler.EventHandler {
 }
 
 // routineWrite reports whether cur differs from old only by a renewal
-// (renewTime) or a change of the queue of waiters (its annotation and
-// front labels).
+// (renewTime) or a change of the queue of waiters (its places and front
+// labels).
 func routineWrite(old, cur *coordinationv1.Lease) bool {
 	return equality.Semantic.DeepEqual(withoutRoutine(old), withoutRoutine(cur))
 }
@@ -56,7 +59,11 @@ func withoutRoutine(l *coordinationv1.Lease) *coordinationv1.Lease {
 	out := l.DeepCopy()
 	out.ResourceVersion, out.ManagedFields = "", nil
 	out.Spec.RenewTime = nil
-	delete(out.Annotations, lease.QueueAnnotation)
+	for key := range out.Annotations {
+		if lease.IsQueueKey(key) {
+			delete(out.Annotations, key)
+		}
+	}
 	if len(out.Annotations) == 0 {
 		out.Annotations = nil
 	}
@@ -83,4 +90,27 @@ func (r *DistributedLockReconciler) observeRoutineWrite(ctx context.Context, cur
 		r.observations.Observe(key, lease.RecordOf(cur), now)
 	}
 	return due
+}
+
+// notePassedPlaces notes, for every lock cur backs, the places of waiters
+// that the grant in cur passed over (see passedOver), judged by how long
+// the controller had seen the lock free before it.
+func (r *DistributedLockReconciler) notePassedPlaces(ctx context.Context, old, cur *coordinationv1.Lease) {
+	if lease.Token(cur) != lease.Token(old)+1 {
+		return
+	}
+	locks, err := r.locksBackedBy(ctx, cur)
+	if err != nil {
+		return
+	}
+	now := r.Clock.Now()
+	for i := range locks {
+		key := client.ObjectKeyFromObject(&locks[i])
+		prev, ok := r.observations.Last(key.String())
+		if !ok || (prev.Record.Holder != "" && !prev.Record.Lapsed) {
+			continue
+		}
+		turn := lease.TurnLength(lockDuration(&locks[i]))
+		r.passed.note(key, passedOver(old, cur, now.Sub(prev.ObservedAt), turn))
+	}
 }

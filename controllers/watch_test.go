@@ -12,16 +12,13 @@ import (
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
-// A renewal, or a change of the queue of waiters (its annotation and the
+// A renewal, or a change of the queue of waiters (its places and the
 // labels naming its front), needs no reconcile; anything that changes the
 // grant or what ties the Lease to its lock does.
 func TestRoutineWriteIsRenewalOrQueueOnly(t *testing.T) {
 	base := makeLease("a", 4, 10, t0, t0)
 	base.Labels = map[string]string{locksv1alpha1.LockNameLabel: "billing"}
-	queued, err := lease.Enqueue(base, lease.Waiter{Identity: "b", Ticket: "tb"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	queued := lease.SetQueue(base.DeepCopy(), []lease.Waiter{{Identity: "b", Ticket: "tb"}})
 	for _, tc := range []struct {
 		name    string
 		old     *coordinationv1.Lease
@@ -33,13 +30,16 @@ func TestRoutineWriteIsRenewalOrQueueOnly(t *testing.T) {
 		}, true},
 		{"first waiter registers", base, func(*coordinationv1.Lease) *coordinationv1.Lease { return queued }, true},
 		{"a second waiter registers", queued, func(l *coordinationv1.Lease) *coordinationv1.Lease {
-			out, _ := lease.Enqueue(l, lease.Waiter{Identity: "c", Ticket: "tc"})
-			return out
+			return lease.SetQueue(l.DeepCopy(), append(lease.Queue(l), lease.Waiter{Identity: "c", Ticket: "tc", Principal: "user=c"}))
 		}, true},
 		{"last waiter leaves", queued, func(l *coordinationv1.Lease) *coordinationv1.Lease {
-			out, _ := lease.Dequeue(l, "tb")
-			return out
+			return lease.SetQueue(l.DeepCopy(), nil)
 		}, true},
+		{"the controller marks the grant lapsed", base, func(l *coordinationv1.Lease) *coordinationv1.Lease {
+			out := l.DeepCopy()
+			out.Annotations = map[string]string{locksv1alpha1.LapsedAnnotation: "4"}
+			return out
+		}, false},
 		{"a new grant", base, func(l *coordinationv1.Lease) *coordinationv1.Lease {
 			out, _ := lease.Grant(l, "b", 10*time.Second, t0.Add(time.Second))
 			return out

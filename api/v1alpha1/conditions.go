@@ -44,6 +44,11 @@ const (
 	// release or lapse, then keeps its Lease as the record of its fencing
 	// tokens.
 	ReasonDeleting = "Deleting"
+	// ReasonTokensExhausted: the Lease's leaseTransitions is at its maximum
+	// and a live grant holds it: no further grant can be made until the
+	// holder releases (or the controller marks its grant lapsed), when the
+	// controller starts a new token epoch.
+	ReasonTokensExhausted = "TokensExhausted"
 )
 
 // Reasons for the Held condition.

@@ -8,10 +8,6 @@ import (
 // set spec.leaseDurationSeconds. It must match the +kubebuilder:default marker.
 const DefaultLeaseDurationSeconds int32 = 15
 
-// MaxFencingToken is the highest fencing token a lock can grant: the Lease's
-// spec.leaseTransitions is an int32. A lock at this token grants no more.
-const MaxFencingToken int64 = 1<<31 - 1
-
 // LeaseAdoption says when a lock adopts an existing Lease that no object
 // controls and frontdesk did not create.
 // +kubebuilder:validation:Enum=WhenFree;WhileHeld
@@ -168,11 +164,11 @@ type DistributedLockStatus struct {
 	Holder string `json:"holder,omitempty"`
 
 	// fencingToken is the highest fencing token ever granted for this lock:
-	// the Lease's spec.leaseTransitions. It never decreases, even when the
-	// Lease is deleted and recreated, or the lock itself is.
+	// the Lease's token epoch times 2^31 plus its spec.leaseTransitions. It
+	// never decreases, even when the Lease is deleted and recreated, or the
+	// lock itself is.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=2147483647
 	FencingToken int64 `json:"fencingToken"`
 
 	// acquireTime is when the current holder acquired the lock, as written by

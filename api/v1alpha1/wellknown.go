@@ -36,4 +36,30 @@ const (
 	// candidates-mode grant the controller revoked; the lock is handed on
 	// once that pod is gone or the hand-off delay has passed.
 	RevokedAnnotation = "locks.frontdesk.dev/revoked"
+	// LeaseDurationAnnotation on a Lease is the lease duration, in whole
+	// seconds, every grant on it must carry (the lock's
+	// spec.leaseDurationSeconds as the manager last wrote it). Only the
+	// manager writes it; the lease-guard policy refuses a grant whose
+	// spec.leaseDurationSeconds differs, and a renewal that changes it, so
+	// nobody judges expiry by a duration a participant chose.
+	LeaseDurationAnnotation = "locks.frontdesk.dev/lease-duration"
+	// LapsedAnnotation on a Lease is the leaseTransitions of a grant the
+	// controller saw go unrenewed for its lease duration, on its own clock.
+	// A grant is lapsed while the annotation equals the Lease's
+	// leaseTransitions; only then may someone other than its holder take
+	// the lock over (the lease-guard policy), and its holder may no longer
+	// renew it. Only the manager writes it.
+	LapsedAnnotation = "locks.frontdesk.dev/lapsed"
+	// HolderPrincipalAnnotation on a Lease is who holds the current grant:
+	// the principal (see the lease-principal policy) of the request that
+	// made the grant, or of the waiter a release handed it to. The
+	// apiserver's admission policy writes it; only that principal renews,
+	// releases or hands the grant on.
+	HolderPrincipalAnnotation = "locks.frontdesk.dev/holder-principal"
+	// TokenEpochAnnotation on a Lease is its token epoch: a lock's fencing
+	// token is the epoch times 2^31 plus spec.leaseTransitions (an int32).
+	// When leaseTransitions reaches its maximum, the controller starts the
+	// next epoch (leaseTransitions back to 0) once the lock is free, so
+	// tokens keep rising. Only the manager writes it; absent means 0.
+	TokenEpochAnnotation = "locks.frontdesk.dev/token-epoch"
 )

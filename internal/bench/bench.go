@@ -248,21 +248,11 @@ func measureRawCAS(ctx context.Context, cs kubernetes.Interface, name string, n,
 // writeQueue replaces l's queue with n waiters shaped like the library's
 // (identity and a 16-hex-digit ticket), or removes it.
 func writeQueue(ctx context.Context, leases coordinationclient.LeaseInterface, l *coordinationv1.Lease, n int) (*coordinationv1.Lease, error) {
-	var tickets []string
-	for _, w := range lease.Queue(l) {
-		tickets = append(tickets, w.Ticket)
+	q := make([]lease.Waiter, n)
+	for i := range q {
+		q[i] = lease.Waiter{Identity: fmt.Sprintf("waiter-%d", i), Ticket: fmt.Sprintf("%016x", i+1)}
 	}
-	out, err := lease.Dequeue(l, tickets...)
-	for i := range n {
-		if err != nil {
-			break
-		}
-		out, err = lease.Enqueue(out, lease.Waiter{Identity: fmt.Sprintf("waiter-%d", i), Ticket: fmt.Sprintf("%016x", i+1)})
-	}
-	if err != nil {
-		return nil, err
-	}
-	updated, err := leases.Update(ctx, out, metav1.UpdateOptions{})
+	updated, err := leases.Update(ctx, lease.SetQueue(l.DeepCopy(), q), metav1.UpdateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("writing a queue of %d to lease %s: %w", n, l.Name, err)
 	}

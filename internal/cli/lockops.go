@@ -117,7 +117,13 @@ func newReleaseCommand(o *options) *cobra.Command {
 		Short: "Release a lock if ID still holds it",
 		Long: `Release a lock, only if the given identity still holds it (a compare-and-swap on
 the Lease). Releasing a lock that someone else holds changes nothing and fails.
-The identity is --identity, else $LOCK_IDENTITY (as for acquire and run).`,
+The identity is --identity, else $LOCK_IDENTITY (as for acquire and run).
+
+Where the lease-guard policy is installed (config/default), a grant is bound
+to the principal that made it (the user, and the pod for a pod's token): only
+the same principal releases it, whatever --identity says; ending someone
+else's grant is a break (kubectl lock break), which needs the verb "break" on
+the lock (ClusterRole frontdesk-lock-admin).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if identity == "" {
@@ -147,7 +153,11 @@ func newBreakCommand(o *options) *cobra.Command {
 		Short: "Force-release a lock and bump its fencing token (admin)",
 		Long: `Force-release a lock whoever holds it, and bump its fencing token in the same
 compare-and-swap, so the previous holder is fenced: its renewals fail, and
-resources reject its token once a newer holder writes.`,
+resources reject its token once a newer holder writes.
+
+Where the lease-guard policy is installed (config/default), breaking a grant
+that is not yours needs the verb "break" on distributedlocks.locks.frontdesk.dev
+for the lock: bind the ClusterRole frontdesk-lock-admin to who may break locks.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.lockClient(args[0], "kubectl-lock-break")

@@ -18,16 +18,21 @@ import (
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 )
 
-// CreateShippedPolicy creates the ValidatingAdmissionPolicy and its binding
-// that config/<name> ships (policy.yaml, then binding.yaml). The apiserver
-// enforces a new policy only some moments later: callers wait for that.
+// CreateShippedPolicy creates the admission policies and their bindings
+// that config/<name> ships (policy.yaml, mutating.yaml when there is one,
+// then binding.yaml). The apiserver enforces a new policy only some moments
+// later: callers wait for that.
 func CreateShippedPolicy(ctx context.Context, c client.Client, name string) error {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return err
 	}
 	dir := filepath.Join(root, "config", name)
-	if _, err := CreateFromFiles(ctx, c, "", filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "binding.yaml")); err != nil {
+	files := []string{filepath.Join(dir, "policy.yaml")}
+	if _, err := os.Stat(filepath.Join(dir, "mutating.yaml")); err == nil {
+		files = append(files, filepath.Join(dir, "mutating.yaml"))
+	}
+	if _, err := CreateFromFiles(ctx, c, "", append(files, filepath.Join(dir, "binding.yaml"))...); err != nil {
 		return fmt.Errorf("installing config/%s: %w", name, err)
 	}
 	return nil

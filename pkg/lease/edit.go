@@ -4,25 +4,67 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
-// The edits below are the only ways frontdesk changes a Lease's record. Each
-// returns a modified copy that keeps the resourceVersion of the Lease it was
-// made from, so writing it with Update is a compare-and-swap: it lands only
-// if nobody wrote in between. None of them does I/O.
+// The edits below are how the controller changes a Lease's record (clients
+// write the patches of writes.go). Each returns a modified copy that keeps
+// the resourceVersion of the Lease it was made from, so writing it with
+// Update is a compare-and-swap: it lands only if nobody wrote in between.
+// None of them does I/O.
 
 // ErrTokensExhausted: the Lease's leaseTransitions is at the largest value
-// an int32 holds, so no further grant can carry a higher fencing token.
-var ErrTokensExhausted = errors.New("fencing tokens exhausted: leaseTransitions is at its maximum (2147483647)")
+// an int32 holds, so no further grant can carry a higher fencing token until
+// the controller starts a new token epoch (see Token).
+var ErrTokensExhausted = errors.New("fencing tokens of this epoch exhausted: leaseTransitions is at its maximum (2147483647); " +
+	"the frontdesk controller starts a new token epoch once the lock is free")
 
-// Token is the Lease's fencing token: spec.leaseTransitions (0 when unset).
+// EpochSize is how many tokens one token epoch holds: leaseTransitions is
+// an int32.
+const EpochSize = int64(math.MaxInt32) + 1
+
+// Token is the Lease's fencing token: its token epoch (the manager's
+// locks.frontdesk.dev/token-epoch, 0 when unset) times EpochSize, plus
+// spec.leaseTransitions (0 when unset). Tokens of a later epoch are above
+// every token of an earlier one.
 func Token(l *coordinationv1.Lease) int64 {
-	return int64(ptr.Deref(l.Spec.LeaseTransitions, 0))
+	return Epoch(l)*EpochSize + int64(ptr.Deref(l.Spec.LeaseTransitions, 0))
+}
+
+// Epoch is the Lease's token epoch (0 when unset or malformed: only the
+// manager writes it).
+func Epoch(l *coordinationv1.Lease) int64 {
+	e, err := strconv.ParseInt(l.Annotations[locksv1alpha1.TokenEpochAnnotation], 10, 64)
+	if err != nil || e < 0 {
+		return 0
+	}
+	return e
+}
+
+// setToken sets l's token epoch and leaseTransitions so that Token(l) is
+// token.
+func setToken(l *coordinationv1.Lease, token int64) {
+	epoch, transitions := token/EpochSize, int32(token%EpochSize)
+	if epoch > 0 || Epoch(l) > 0 {
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[locksv1alpha1.TokenEpochAnnotation] = strconv.FormatInt(epoch, 10)
+	}
+	l.Spec.LeaseTransitions = ptr.To(transitions)
+}
+
+// Exhausted reports whether l's leaseTransitions is at its maximum: no grant
+// can be made on it in this token epoch.
+func Exhausted(l *coordinationv1.Lease) bool {
+	return ptr.Deref(l.Spec.LeaseTransitions, 0) >= math.MaxInt32
 }
 
 // Holder is the Lease's spec.holderIdentity ("" when unset).
@@ -33,8 +75,7 @@ func Holder(l *coordinationv1.Lease) string {
 // Grant is current granted to identity: the next fencing token, fresh
 // acquire and renew times, and the given lease duration, in one write.
 // Grant, Renew and Release also set the queue's front labels afresh (see
-// FrontLabelPrefix), repairing them if a client that does not set them
-// wrote the queue last.
+// FrontLabelPrefix).
 func Grant(current *coordinationv1.Lease, identity string, duration time.Duration, now time.Time) (*coordinationv1.Lease, error) {
 	next, err := nextToken(current)
 	if err != nil {
@@ -81,23 +122,33 @@ func Break(current *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	return l, nil
 }
 
-// RaiseToFloor is current with its token raised to floor and its grant
-// voided (a token at or below the floor may have been handed out before).
+// RaiseToFloor is current with its token raised to floor (into a later
+// token epoch if need be) and its grant voided (a token at or below the
+// floor may have been handed out before).
 func RaiseToFloor(current *coordinationv1.Lease, floor int64) (*coordinationv1.Lease, error) {
-	if floor > math.MaxInt32 {
-		return nil, fmt.Errorf("%w: the recorded floor is %d", ErrTokensExhausted, floor)
+	if floor < 0 {
+		return nil, fmt.Errorf("raising lease %s to a negative token floor %d", current.Name, floor)
 	}
 	l := Release(current)
-	l.Spec.LeaseTransitions = ptr.To(int32(floor))
+	setToken(l, floor)
 	return l, nil
 }
 
-// forgetHandOff drops the marks of a hand-off (whose ticket the grant
-// names, who handed it on): they describe the grant being replaced.
+// NewEpoch is current, free or held by a grant the controller marked lapsed,
+// at the end of its token epoch (Exhausted), moved to the next epoch: token
+// epoch plus one, leaseTransitions 0, no holder. Every later token is above
+// every token of the epoch that ended.
+func NewEpoch(current *coordinationv1.Lease) *coordinationv1.Lease {
+	l := Release(current)
+	setToken(l, (Epoch(current)+1)*EpochSize)
+	return l
+}
+
+// forgetHandOff drops the marks of the grant being replaced (grantMarks).
 func forgetHandOff(l *coordinationv1.Lease) {
-	delete(l.Annotations, TicketAnnotation)
-	delete(l.Annotations, HandedOffByAnnotation)
-	delete(l.Annotations, GrantNonceAnnotation)
+	for _, key := range grantMarks {
+		delete(l.Annotations, key)
+	}
 }
 
 // nextToken is the token a new grant or break of current carries.

@@ -1,10 +1,12 @@
 package lease
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,18 +14,28 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// The waiters of a lock queue up on its Lease, in an annotation, so that the
-// queue changes atomically with the grants: a waiter registers with one
-// compare-and-swap, a graceful release hands the lock to the head of the
-// queue in the same write that ends the holder's grant, and when the lock
-// falls free otherwise (the holder lapsed, or was broken) the head is the
-// only waiter that tries at once; the others follow one turn after another
-// (see Turn), so a waiter that died does not block the rest.
+// The waiters of a lock queue up on its Lease, one pair of annotations per
+// place in the queue (its ticket), so that the queue changes atomically with
+// the grants and so that the apiserver can tell whose each place is: a
+// waiter registers by adding its own pair (a merge patch: registrations
+// never conflict with each other or with the holder's writes), a graceful
+// release hands the lock to the head of the queue in the same write that
+// ends the holder's grant, and when the lock falls free otherwise (the
+// holder lapsed, or was broken) the head is the only waiter that tries at
+// once; the others follow one turn after another (see Turn), so a waiter
+// that died does not block the rest.
 
 const (
-	// QueueAnnotation holds the queue of waiters: a JSON array of Waiter,
-	// head first.
-	QueueAnnotation = "locks.frontdesk.dev/queue"
+	// QueueEntryPrefix starts the key of a place in the queue: the prefix
+	// and the ticket. Its value is "<priority>,<seq>,<identity>" (see
+	// Waiter).
+	QueueEntryPrefix = "queue.locks.frontdesk.dev/"
+	// QueuedByPrefix starts the key of the annotation naming who took a
+	// place in the queue: the prefix and the ticket. Its value is the
+	// principal of the request that registered (see Principal), written by
+	// the apiserver's admission policy, never by a client, so that nobody
+	// but that principal removes the place (the lease-guard policy).
+	QueuedByPrefix = "queued-by.locks.frontdesk.dev/"
 	// TicketAnnotation names the ticket of the waiter a release handed the
 	// lock to. Only the waiter holding that ticket may take the grant up,
 	// so two processes sharing an identity cannot both believe they hold it.
@@ -32,18 +44,19 @@ const (
 	// to the current one (so status can say HandedOff, not TakenOver).
 	HandedOffByAnnotation = "locks.frontdesk.dev/handed-off-by"
 	// GrantNonceAnnotation names the attempt that wrote a client's own
-	// grant (a random value per compare-and-swap). A client whose grant's
-	// answer never came releases the grant only if it carries its nonce:
-	// holder and token alone do not tell its grant from one that another
-	// process sharing its identity wrote with the same next token.
+	// grant (a random value per write). A client whose grant's answer never
+	// came releases the grant only if it carries its nonce: holder and
+	// token alone do not tell its grant from one that another process
+	// sharing its identity wrote with the same next token.
 	GrantNonceAnnotation = "locks.frontdesk.dev/grant-nonce"
-	// FrontLabelPrefix starts the key of a label that every write of the
-	// queue sets for each of its first FrontLength waiters: the prefix and
-	// the waiter's ticket (none for a ticket that cannot be a label name).
-	// A waiter further back watches the Lease with a selector on its own
-	// key (FrontSelector) and hears of nothing until it moves up to the
-	// front, instead of decoding every renewal and registration. The
-	// labels only wake waiters: nobody judges a grant by them.
+	// FrontLabelPrefix starts the key of a label that the holder's writes
+	// set for each of the queue's first FrontLength waiters: the prefix and
+	// the waiter's ticket. A waiter further back watches the Lease with a
+	// selector on its own key (FrontSelector) and hears of nothing until it
+	// moves up to the front, instead of decoding every renewal and
+	// registration. The labels only wake waiters: nobody judges a grant by
+	// them, and a label left on a waiter pushed back (a higher priority
+	// registered ahead of it) only makes it hear more.
 	FrontLabelPrefix = "front.locks.frontdesk.dev/"
 	// FrontLength is how many waiters at the front of the queue watch every
 	// change of the Lease: the head, which takes the lock up, and the one
@@ -57,31 +70,69 @@ const (
 // ErrQueueFull: the queue already has MaxQueue waiters.
 var ErrQueueFull = errors.New("the lock's queue of waiters is full")
 
-// Waiter is one entry of the queue.
+// Waiter is one place in the queue.
 type Waiter struct {
 	// Identity is the holder identity the waiter acquires as.
-	Identity string `json:"id"`
+	Identity string
 	// Ticket is unique per registration; the grant handed to a waiter names
 	// it.
-	Ticket string `json:"t"`
-	// Priority orders the queue: higher first, arrival order within one
-	// priority.
-	Priority int32 `json:"p,omitempty"`
+	Ticket string
+	// Priority orders the queue: higher first.
+	Priority int32
+	// Seq orders the queue within a priority: one more than the highest
+	// the registering waiter saw, so a waiter that registered after another
+	// one's registration was visible comes after it.
+	Seq int64
+	// Principal is who registered the place, as the apiserver's admission
+	// policy recorded it ("" on a cluster without the policy).
+	Principal string
 }
 
-// Queue is the Lease's queue of waiters, head first. A missing or
-// malformed annotation is an empty queue: the lock then works as if nobody
-// were queued (every waiter may try once it is free), never worse.
+// EntryKey is the annotation key of the place with ticket.
+func EntryKey(ticket string) string { return QueueEntryPrefix + ticket }
+
+// QueuedByKey is the annotation key naming who registered ticket.
+func QueuedByKey(ticket string) string { return QueuedByPrefix + ticket }
+
+// entryValue is the annotation value of w's place.
+func entryValue(w Waiter) string {
+	return fmt.Sprintf("%d,%d,%s", w.Priority, w.Seq, w.Identity)
+}
+
+// parseEntry reads the place with ticket from its annotation value.
+func parseEntry(ticket, value string) (Waiter, bool) {
+	parts := strings.SplitN(value, ",", 3)
+	if len(parts) != 3 || ticket == "" {
+		return Waiter{}, false
+	}
+	priority, err1 := strconv.ParseInt(parts[0], 10, 32)
+	seq, err2 := strconv.ParseInt(parts[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return Waiter{}, false
+	}
+	return Waiter{Identity: parts[2], Ticket: ticket, Priority: int32(priority), Seq: seq}, true
+}
+
+// Queue is the Lease's queue of waiters, head first: higher priority
+// first, then lower Seq, then ticket. A place whose annotation does not
+// parse is left out: the lock then works as if it were not queued, never
+// worse.
 func Queue(l *coordinationv1.Lease) []Waiter {
-	raw, ok := l.Annotations[QueueAnnotation]
-	if !ok || raw == "" {
-		return nil
+	var q []Waiter
+	for key, value := range l.Annotations {
+		ticket, ok := strings.CutPrefix(key, QueueEntryPrefix)
+		if !ok {
+			continue
+		}
+		if w, ok := parseEntry(ticket, value); ok {
+			w.Principal = l.Annotations[QueuedByKey(ticket)]
+			q = append(q, w)
+		}
 	}
-	q, ok := decodeQueue(raw)
-	if !ok {
-		return nil
-	}
-	return slices.DeleteFunc(q, func(w Waiter) bool { return w.Ticket == "" })
+	slices.SortFunc(q, func(a, b Waiter) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Seq, b.Seq), strings.Compare(a.Ticket, b.Ticket))
+	})
+	return q
 }
 
 // Position is the index of the waiter with ticket in the queue, or -1.
@@ -97,62 +148,89 @@ func Place(l *coordinationv1.Lease, ticket string) (position, length int) {
 	return slices.IndexFunc(q, func(w Waiter) bool { return w.Ticket == ticket }), len(q)
 }
 
-// Enqueue is current with w added to the queue: after every waiter of the
-// same or a higher priority, before the lower ones. A ticket already queued
-// is not added twice.
-func Enqueue(current *coordinationv1.Lease, w Waiter) (*coordinationv1.Lease, error) {
-	q := Queue(current)
-	if slices.ContainsFunc(q, func(o Waiter) bool { return o.Ticket == w.Ticket }) {
-		return current.DeepCopy(), nil
+// Registration is the merge patch that puts w in the queue of current (the
+// copy the waiter judged): its place, with Seq one more than the highest in
+// current, and its front label when it would be among the first
+// FrontLength there. It never conflicts with another write: the apiserver
+// merges it into whatever the Lease holds when it lands. The ticket must be
+// a valid label name (NewTicket makes such tickets). It also returns w with
+// its Seq.
+func Registration(current *coordinationv1.Lease, w Waiter) ([]byte, Waiter, error) {
+	w, front, err := placeIn(current, w)
+	if err != nil {
+		return nil, w, err
 	}
+	labels := map[string]any{}
+	if front {
+		labels[FrontLabelPrefix+w.Ticket] = "true"
+	}
+	patch, err := mergePatch(map[string]any{EntryKey(w.Ticket): entryValue(w)}, labels)
+	return patch, w, err
+}
+
+// ExactRegistration is Registration as a patch that lands only on
+// current's very version (its resourceVersion tested): it fails at once,
+// instead of being merged, when anything wrote the Lease since current. A
+// waiter tries this first, and falls back to Registration, spread out, once
+// it fails (a crowd is registering).
+func ExactRegistration(current *coordinationv1.Lease, w Waiter) (*Patch, Waiter, error) {
+	w, front, err := placeIn(current, w)
+	if err != nil {
+		return nil, w, err
+	}
+	p := &Patch{}
+	p.Test("/metadata/resourceVersion", current.ResourceVersion)
+	if current.Annotations == nil {
+		p.Set("/metadata/annotations", map[string]string{})
+	}
+	p.Set(AnnotationPath(EntryKey(w.Ticket)), entryValue(w))
+	if front && current.Labels != nil {
+		p.Set(LabelPath(FrontLabelPrefix+w.Ticket), "true")
+	}
+	return p, w, nil
+}
+
+// placeIn is w as it registers in current's queue (its Seq), and whether it
+// lands among the first FrontLength.
+func placeIn(current *coordinationv1.Lease, w Waiter) (Waiter, bool, error) {
+	if errs := validation.IsQualifiedName(FrontLabelPrefix + w.Ticket); len(errs) > 0 {
+		return w, false, fmt.Errorf("ticket %q: %s", w.Ticket, strings.Join(errs, "; "))
+	}
+	q := Queue(current)
 	if len(q) >= MaxQueue {
-		return nil, ErrQueueFull
+		return w, false, ErrQueueFull
 	}
-	at := slices.IndexFunc(q, func(o Waiter) bool { return o.Priority < w.Priority })
-	if at < 0 {
-		at = len(q)
+	for _, o := range q {
+		w.Seq = max(w.Seq, o.Seq)
 	}
-	return withQueue(current, slices.Insert(q, at, w))
+	w.Seq++
+	position := slices.IndexFunc(q, func(o Waiter) bool { return o.Priority < w.Priority })
+	if position < 0 {
+		position = len(q)
+	}
+	return w, position < FrontLength, nil
 }
 
-// Dequeue is current with the given tickets removed from the queue.
-func Dequeue(current *coordinationv1.Lease, tickets ...string) (*coordinationv1.Lease, error) {
-	q := slices.DeleteFunc(Queue(current), func(w Waiter) bool { return slices.Contains(tickets, w.Ticket) })
-	return withQueue(current, q)
+// Withdrawal is the merge patch that takes the place with ticket out of the
+// queue (its annotations and its front label). Applying it when the place
+// is already gone changes nothing.
+func Withdrawal(ticket string) ([]byte, error) {
+	return mergePatch(map[string]any{EntryKey(ticket): nil, QueuedByKey(ticket): nil},
+		map[string]any{FrontLabelPrefix + ticket: nil})
 }
 
-// DequeueThrough is current with the waiter holding ticket removed, and
-// every waiter ahead of it (they had their turn and let it pass).
-func DequeueThrough(current *coordinationv1.Lease, ticket string) (*coordinationv1.Lease, error) {
-	q := Queue(current)
-	at := slices.IndexFunc(q, func(w Waiter) bool { return w.Ticket == ticket })
-	if at < 0 {
-		return current.DeepCopy(), nil
+// mergePatch is a JSON merge patch of the Lease's annotations and labels
+// (a nil value removes a key).
+func mergePatch(annotations, labels map[string]any) ([]byte, error) {
+	meta := map[string]any{"annotations": annotations}
+	if len(labels) > 0 {
+		meta["labels"] = labels
 	}
-	return withQueue(current, q[at+1:])
-}
-
-// HandOff is current, held by releaser, given to the head of the queue in
-// one write: the holder becomes the head's identity, with the next fencing
-// token and fresh times, and the head leaves the queue; the grant names the
-// head's ticket. The head must not trust a safe window it did not start:
-// see the client library's claim of a hand-off. ok is false when nobody is
-// queued.
-func HandOff(current *coordinationv1.Lease, releaser string, duration time.Duration, now time.Time) (l *coordinationv1.Lease, head Waiter, ok bool, err error) {
-	q := Queue(current)
-	if len(q) == 0 {
-		return nil, Waiter{}, false, nil
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return nil, fmt.Errorf("encoding a queue patch: %w", err)
 	}
-	head = q[0]
-	if l, err = Grant(current, head.Identity, duration, now); err != nil {
-		return nil, Waiter{}, false, err
-	}
-	if l, err = withQueue(l, q[1:]); err != nil {
-		return nil, Waiter{}, false, err
-	}
-	l.Annotations[TicketAnnotation] = head.Ticket
-	l.Annotations[HandedOffByAnnotation] = releaser
-	return l, head, true, nil
+	return patch, nil
 }
 
 // Turn is how long a lock must have been free (as the waiter observed it)
@@ -182,24 +260,10 @@ func IsFrontLabel(key string) bool {
 	return strings.HasPrefix(key, FrontLabelPrefix)
 }
 
-// withQueue is current with its queue annotation set to q (removed when q
-// is empty), and the front labels naming q's first waiters.
-func withQueue(current *coordinationv1.Lease, q []Waiter) (*coordinationv1.Lease, error) {
-	l := current.DeepCopy()
-	labelFront(l, q)
-	if len(q) == 0 {
-		delete(l.Annotations, QueueAnnotation)
-		return l, nil
-	}
-	raw, err := json.Marshal(q)
-	if err != nil {
-		return nil, fmt.Errorf("encoding the queue of waiters: %w", err)
-	}
-	if l.Annotations == nil {
-		l.Annotations = map[string]string{}
-	}
-	l.Annotations[QueueAnnotation] = string(raw)
-	return l, nil
+// IsQueueKey reports whether an annotation key belongs to the queue (a
+// place or who registered it).
+func IsQueueKey(key string) bool {
+	return strings.HasPrefix(key, QueueEntryPrefix) || strings.HasPrefix(key, QueuedByPrefix)
 }
 
 // DropFrontLabels removes the queue's front labels from l (and leaves l
@@ -215,26 +279,48 @@ func DropFrontLabels(l *coordinationv1.Lease) {
 	}
 }
 
-// labelFront sets on l the front labels of q's first FrontLength waiters,
-// and removes any other.
-func labelFront(l *coordinationv1.Lease, q []Waiter) {
-	DropFrontLabels(l)
+// frontTickets are the tickets of q's first FrontLength waiters that can
+// be label names.
+func frontTickets(q []Waiter) []string {
+	var out []string
 	for _, w := range q[:min(len(q), FrontLength)] {
-		key := FrontLabelPrefix + w.Ticket
-		if len(validation.IsQualifiedName(key)) > 0 {
-			continue
+		if len(validation.IsQualifiedName(FrontLabelPrefix+w.Ticket)) == 0 {
+			out = append(out, w.Ticket)
 		}
+	}
+	return out
+}
+
+// relabelFront is l with its front labels derived again from its queue.
+func relabelFront(l *coordinationv1.Lease) *coordinationv1.Lease {
+	DropFrontLabels(l)
+	for _, t := range frontTickets(Queue(l)) {
 		if l.Labels == nil {
 			l.Labels = map[string]string{}
 		}
-		l.Labels[key] = "true"
+		l.Labels[FrontLabelPrefix+t] = "true"
 	}
+	return l
 }
 
-// relabelFront is l with its front labels derived again from its queue: a
-// client that does not set them (an older version) may have written the
-// queue last.
-func relabelFront(l *coordinationv1.Lease) *coordinationv1.Lease {
-	labelFront(l, Queue(l))
-	return l
+// SetQueue is l (a copy the caller owns) with its queue replaced by q, in
+// that order (Seq numbered afresh, Principal kept), and its front labels
+// set accordingly: for the controller's own full writes, tools and tests.
+func SetQueue(l *coordinationv1.Lease, q []Waiter) *coordinationv1.Lease {
+	for key := range l.Annotations {
+		if IsQueueKey(key) {
+			delete(l.Annotations, key)
+		}
+	}
+	for i, w := range q {
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		w.Seq = int64(i + 1)
+		l.Annotations[EntryKey(w.Ticket)] = entryValue(w)
+		if w.Principal != "" {
+			l.Annotations[QueuedByKey(w.Ticket)] = w.Principal
+		}
+	}
+	return relabelFront(l)
 }

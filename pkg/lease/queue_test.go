@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
@@ -19,93 +21,98 @@ func tickets(l *coordinationv1.Lease) []string {
 	return out
 }
 
-func mustEnqueue(t *testing.T, l *coordinationv1.Lease, ws ...Waiter) *coordinationv1.Lease {
+// merge applies a merge patch to l as the apiserver would.
+func merge(t *testing.T, l *coordinationv1.Lease, patch []byte) *coordinationv1.Lease {
+	t.Helper()
+	raw, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, err := jsonpatch.MergePatch(raw, patch)
+	if err != nil {
+		t.Fatalf("merge patch %s: %v", patch, err)
+	}
+	out := &coordinationv1.Lease{}
+	if err := json.Unmarshal(merged, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// register registers each waiter in turn, each from the Lease as the
+// previous registration left it.
+func register(t *testing.T, l *coordinationv1.Lease, ws ...Waiter) *coordinationv1.Lease {
 	t.Helper()
 	for _, w := range ws {
-		var err error
-		if l, err = Enqueue(l, w); err != nil {
+		patch, _, err := Registration(l, w)
+		if err != nil {
 			t.Fatal(err)
 		}
+		l = merge(t, l, patch)
 	}
 	return l
 }
 
-func TestQueueOrderAndRemoval(t *testing.T) {
-	l := mustEnqueue(t, heldLease("a", 4),
+func TestQueueOrder(t *testing.T) {
+	l := register(t, heldLease("a", 4),
 		Waiter{Identity: "b", Ticket: "tb"}, Waiter{Identity: "c", Ticket: "tc"},
 		Waiter{Identity: "vip", Ticket: "tv", Priority: 5}, Waiter{Identity: "d", Ticket: "td"},
-		Waiter{Identity: "vip2", Ticket: "tv2", Priority: 5}, Waiter{Identity: "b", Ticket: "tb"})
-	if got, want := tickets(l), []string{"tv", "tv2", "tb", "tc", "td"}; !slices.Equal(got, want) {
-		t.Fatalf("queue %v, want %v (priority first, then arrival; a ticket once)", got, want)
+		Waiter{Identity: "vip2", Ticket: "tv2", Priority: 5}, Waiter{Identity: "low", Ticket: "tl", Priority: -1})
+	if got, want := tickets(l), []string{"tv", "tv2", "tb", "tc", "td", "tl"}; !slices.Equal(got, want) {
+		t.Fatalf("queue %v, want %v (priority first, then arrival)", got, want)
 	}
 	if Position(l, "tc") != 3 || Position(l, "nope") != -1 {
 		t.Errorf("positions %d %d", Position(l, "tc"), Position(l, "nope"))
 	}
-	out, err := Dequeue(l, "tv2", "td")
-	if err != nil || !slices.Equal(tickets(out), []string{"tv", "tb", "tc"}) {
-		t.Errorf("dequeue: %v %v", tickets(out), err)
+	// Two waiters registering from the same copy (at the same moment) get
+	// the same Seq; the ticket orders them.
+	from := heldLease("a", 4)
+	p1, w1, _ := Registration(from, Waiter{Identity: "x", Ticket: "t2"})
+	p2, w2, _ := Registration(from, Waiter{Identity: "y", Ticket: "t1"})
+	both := merge(t, merge(t, from, p1), p2)
+	if w1.Seq != w2.Seq || !slices.Equal(tickets(both), []string{"t1", "t2"}) {
+		t.Errorf("concurrent registrations: seq %d %d, queue %v", w1.Seq, w2.Seq, tickets(both))
 	}
-	out, err = DequeueThrough(l, "tb")
-	if err != nil || !slices.Equal(tickets(out), []string{"tc", "td"}) {
-		t.Errorf("dequeue through tb: %v %v", tickets(out), err)
+	out := merge(t, l, mustWithdrawal(t, "tb"))
+	if !slices.Equal(tickets(out), []string{"tv", "tv2", "tc", "td", "tl"}) {
+		t.Errorf("after tb left: %v", tickets(out))
 	}
-	out, _ = Dequeue(l, "tv", "tv2", "tb", "tc", "td")
-	if _, ok := out.Annotations[QueueAnnotation]; ok {
-		t.Errorf("an empty queue leaves its annotation behind")
-	}
-	if len(Queue(heldLease("a", 1))) != 0 {
-		t.Errorf("a Lease without a queue has waiters")
+	if !slices.Equal(tickets(merge(t, out, mustWithdrawal(t, "tb"))), tickets(out)) {
+		t.Errorf("leaving twice changed the queue")
 	}
 }
 
-func TestQueueIsBoundedAndToleratesGarbage(t *testing.T) {
+func mustWithdrawal(t *testing.T, ticket string) []byte {
+	t.Helper()
+	p, err := Withdrawal(ticket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestQueueKeepsWhoRegisteredAndIgnoresGarbage(t *testing.T) {
+	l := register(t, heldLease("a", 1), Waiter{Identity: "id,with,commas", Ticket: "tb"})
+	l.Annotations[QueuedByKey("tb")] = "user=alice"
+	l.Annotations[EntryKey("bad")] = "not an entry"
+	l.Annotations[EntryKey("bad2")] = "x,1,id"
+	q := Queue(l)
+	if len(q) != 1 || q[0].Identity != "id,with,commas" || q[0].Principal != "user=alice" || q[0].Seq != 1 {
+		t.Errorf("queue %+v", q)
+	}
+}
+
+func TestQueueIsBounded(t *testing.T) {
 	l := heldLease("a", 1)
+	l.Annotations = map[string]string{}
 	for i := range MaxQueue {
-		l = mustEnqueue(t, l, Waiter{Identity: "w", Ticket: fmt.Sprint(i)})
+		l.Annotations[EntryKey(fmt.Sprint("t", i))] = fmt.Sprintf("0,%d,w", i+1)
 	}
-	if _, err := Enqueue(l, Waiter{Identity: "late", Ticket: "late"}); !errors.Is(err, ErrQueueFull) {
-		t.Errorf("enqueue into a full queue: %v", err)
+	if _, _, err := Registration(l, Waiter{Identity: "late", Ticket: "late"}); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("registering in a full queue: %v", err)
 	}
-	l.Annotations[QueueAnnotation] = "not json"
-	if q := Queue(l); len(q) != 0 {
-		t.Errorf("malformed queue parsed as %v", q)
-	}
-	if l, err := Enqueue(l, Waiter{Identity: "x", Ticket: "tx"}); err != nil || !slices.Equal(tickets(l), []string{"tx"}) {
-		t.Errorf("enqueue over a malformed queue: %v %v", tickets(l), err)
-	}
-}
-
-func TestHandOffGivesTheHeadTheNextToken(t *testing.T) {
-	now := time.Date(2026, 12, 1, 10, 0, 9, 0, time.UTC)
-	l := mustEnqueue(t, heldLease("a", 4), Waiter{Identity: "b", Ticket: "tb"}, Waiter{Identity: "c", Ticket: "tc"})
-	out, head, ok, err := HandOff(l, "a", 20*time.Second, now)
-	if err != nil || !ok || head.Ticket != "tb" {
-		t.Fatalf("hand-off: %v %v %v", head, ok, err)
-	}
-	if Holder(out) != "b" || Token(out) != 5 || !out.Spec.AcquireTime.Time.Equal(now) || *out.Spec.LeaseDurationSeconds != 20 {
-		t.Errorf("handed-off lease: holder %q token %d spec %+v", Holder(out), Token(out), out.Spec)
-	}
-	if out.Annotations[TicketAnnotation] != "tb" || out.Annotations[HandedOffByAnnotation] != "a" || !slices.Equal(tickets(out), []string{"tc"}) {
-		t.Errorf("annotations %v", out.Annotations)
-	}
-	if out.ResourceVersion != l.ResourceVersion {
-		t.Errorf("the hand-off must be a compare-and-swap on the version read")
-	}
-	// The next grant, whatever it is, forgets the hand-off marks.
-	for name, next := range map[string]*coordinationv1.Lease{
-		"renew keeps them": Renew(out, 20*time.Second, now),
-		"release":          Release(out),
-	} {
-		_, kept := next.Annotations[TicketAnnotation]
-		if kept != (name == "renew keeps them") {
-			t.Errorf("%s: ticket annotation kept = %v", name, kept)
-		}
-	}
-	if g, _ := Grant(out, "c", time.Second, now); g.Annotations[TicketAnnotation] != "" {
-		t.Errorf("a grant kept the ticket of the hand-off before it")
-	}
-	if _, _, ok, _ := HandOff(heldLease("a", 4), "a", time.Second, now); ok {
-		t.Errorf("a hand-off with nobody queued")
+	if _, _, err := Registration(heldLease("a", 1), Waiter{Identity: "odd", Ticket: "not a label name!"}); err == nil {
+		t.Errorf("a ticket that is no label name was registered")
 	}
 }
 
@@ -140,61 +147,21 @@ func front(l *coordinationv1.Lease) []string {
 	return out
 }
 
-// Every edit of the queue, and every grant, renewal and release, leaves
-// front labels on exactly the first FrontLength waiters, so a waiter
-// watching with FrontSelector hears of the Lease when it moves up to the
-// front; a ticket that cannot be a label name gets none.
-func TestEveryEditLabelsTheFrontOfTheQueue(t *testing.T) {
-	now := time.Date(2026, 12, 3, 18, 0, 0, 0, time.UTC)
-	queued := mustEnqueue(t, heldLease("a", 4), Waiter{Identity: "b", Ticket: "tb"}, Waiter{Identity: "c", Ticket: "tc"},
+// A waiter registering labels itself when it joins the front of the queue,
+// so that a waiter watching with FrontSelector hears of the Lease when it
+// moves up.
+func TestRegistrationLabelsTheFront(t *testing.T) {
+	l := register(t, heldLease("a", 4), Waiter{Identity: "b", Ticket: "tb"}, Waiter{Identity: "c", Ticket: "tc"},
 		Waiter{Identity: "d", Ticket: "td"})
-	// stale: the queue as a client that does not set the labels left it
-	// (the head and the next were dequeued, the labels kept).
-	stale := queued.DeepCopy()
-	stale.Annotations[QueueAnnotation] = `[{"id":"d","t":"td"}]`
-	for _, tc := range []struct {
-		name      string
-		from      *coordinationv1.Lease
-		edit      func(*coordinationv1.Lease) (*coordinationv1.Lease, error)
-		wantFront []string
-	}{
-		{"registering at the back", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-			return Enqueue(l, Waiter{Identity: "e", Ticket: "te"})
-		}, []string{"tb", "tc"}},
-		{"registering ahead of everyone", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-			return Enqueue(l, Waiter{Identity: "vip", Ticket: "tv", Priority: 9})
-		}, []string{"tb", "tv"}},
-		{"the head leaving", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) { return Dequeue(l, "tb") }, []string{"tc", "td"}},
-		{"a grant skipping the head", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) { return DequeueThrough(l, "tc") }, []string{"td"}},
-		{"a hand-off to the head", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-			out, _, _, err := HandOff(l, "a", time.Second, now)
-			return out, err
-		}, []string{"tc", "td"}},
-		{"everyone leaving", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) { return Dequeue(l, "tb", "tc", "td") }, nil},
-		{"a ticket that is no label name", queued, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-			return Enqueue(l, Waiter{Identity: "odd", Ticket: "not a label name!", Priority: 9})
-		}, []string{"tb"}},
-		{"a renewal repairs stale labels", stale, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-			return Renew(l, time.Second, now), nil
-		}, []string{"td"}},
-		{"a grant repairs stale labels", stale, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-			return Grant(Release(l), "x", time.Second, now)
-		}, []string{"td"}},
-		{"a break repairs stale labels", stale, Break, []string{"td"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			before := front(tc.from)
-			out, err := tc.edit(tc.from)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := front(out); !slices.Equal(got, tc.wantFront) {
-				t.Errorf("front labels %v, want %v", got, tc.wantFront)
-			}
-			if !slices.Equal(front(tc.from), before) {
-				t.Errorf("the edit changed the Lease it started from: %v", tc.from.Labels)
-			}
-		})
+	if got := front(l); !slices.Equal(got, []string{"tb", "tc"}) {
+		t.Errorf("front %v, want the first two", got)
+	}
+	vip := register(t, l, Waiter{Identity: "vip", Ticket: "tv", Priority: 9})
+	if got := front(vip); !slices.Equal(got, []string{"tb", "tc", "tv"}) {
+		t.Errorf("front %v: a waiter registering ahead labels itself and removes nobody's", got)
+	}
+	if got := front(merge(t, l, mustWithdrawal(t, "tb"))); !slices.Equal(got, []string{"tc"}) {
+		t.Errorf("front %v: the waiter leaving takes its label along", got)
 	}
 	if sel := FrontSelector("tb"); sel != FrontLabelPrefix+"tb" {
 		t.Errorf("FrontSelector: %q", sel)

@@ -17,14 +17,16 @@ import (
 type Record struct {
 	// Holder is spec.holderIdentity ("" when free).
 	Holder string
-	// Transitions is spec.leaseTransitions: the fencing token of the last grant.
-	Transitions int32
+	// Token is the fencing token of the last grant (see Token).
+	Token int64
 	// DurationSeconds is spec.leaseDurationSeconds (0 when unset).
 	DurationSeconds int32
 	// AcquireTime is spec.acquireTime as the holder wrote it.
 	AcquireTime time.Time
 	// RenewTime is spec.renewTime as the holder wrote it.
 	RenewTime time.Time
+	// Lapsed: the controller marked this grant lapsed (see Lapsed).
+	Lapsed bool
 }
 
 // RecordOf extracts the Record of a Lease; unset fields are zero.
@@ -33,9 +35,7 @@ func RecordOf(l *coordinationv1.Lease) Record {
 	if l.Spec.HolderIdentity != nil {
 		r.Holder = *l.Spec.HolderIdentity
 	}
-	if l.Spec.LeaseTransitions != nil {
-		r.Transitions = *l.Spec.LeaseTransitions
-	}
+	r.Token = Token(l)
 	if l.Spec.LeaseDurationSeconds != nil {
 		r.DurationSeconds = *l.Spec.LeaseDurationSeconds
 	}
@@ -45,13 +45,14 @@ func RecordOf(l *coordinationv1.Lease) Record {
 	if l.Spec.RenewTime != nil {
 		r.RenewTime = l.Spec.RenewTime.Time
 	}
+	r.Lapsed = Lapsed(l)
 	return r
 }
 
 // Equal reports whether two records are the same.
 func (r Record) Equal(o Record) bool {
-	return r.Holder == o.Holder && r.Transitions == o.Transitions && r.DurationSeconds == o.DurationSeconds &&
-		r.AcquireTime.Equal(o.AcquireTime) && r.RenewTime.Equal(o.RenewTime)
+	return r.Holder == o.Holder && r.Token == o.Token && r.DurationSeconds == o.DurationSeconds &&
+		r.AcquireTime.Equal(o.AcquireTime) && r.RenewTime.Equal(o.RenewTime) && r.Lapsed == o.Lapsed
 }
 
 // Duration is the record's lease duration, or fallback when it carries none.

@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
@@ -22,7 +20,7 @@ func (c *Client) Release(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.modifyLease(ctx, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	_, err = c.modifyLease(ctx, info, func(l *coordinationv1.Lease, first bool) (*lease.Patch, error) {
 		if !controlledBy(l, info.uid) && l.Labels[locksv1alpha1.LockNameLabel] != c.cfg.Name {
 			return nil, fmt.Errorf("%w: Lease %s/%s is not lock %s's; nothing released", ErrLeaseUnavailable, c.cfg.Namespace, l.Name, c.LockName())
 		}
@@ -32,7 +30,7 @@ func (c *Client) Release(ctx context.Context) error {
 			}
 			return nil, fmt.Errorf("%w: lock %s is held by %s, not %s; nothing released", ErrNotHolder, c.LockName(), holder, c.cfg.Identity)
 		}
-		return c.releasedLease(l, info)
+		return c.releasePatch(l, info, first), nil
 	})
 	return err
 }
@@ -58,46 +56,17 @@ func (c *Client) Break(ctx context.Context) (BreakResult, error) {
 	if err != nil {
 		return res, err
 	}
-	_, err = c.modifyLease(ctx, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	_, err = c.modifyLease(ctx, info, func(l *coordinationv1.Lease, _ bool) (*lease.Patch, error) {
 		if !controlledBy(l, info.uid) {
 			return nil, fmt.Errorf("%w: Lease %s/%s is not managed by lock %s (not adopted yet, owned by something else, or a retired record); nothing broken",
 				ErrLeaseUnavailable, c.cfg.Namespace, l.Name, c.LockName())
 		}
-		broken, err := lease.Break(l)
+		broken, err := lease.BreakPatch(l)
 		if err != nil {
 			return nil, fmt.Errorf("breaking lock %s: %w", c.LockName(), err)
 		}
-		res = BreakResult{PreviousHolder: lease.Holder(l), PreviousToken: lease.Token(l), Token: lease.Token(broken)}
+		res = BreakResult{PreviousHolder: lease.Holder(l), PreviousToken: lease.Token(l), Token: lease.Token(l) + 1}
 		return broken, nil
 	})
 	return res, err
-}
-
-// modifyLease applies edit to a fresh read of the Lease and writes the copy
-// it returns back with a compare-and-swap, re-reading on a conflict. edit
-// may refuse by returning an error, which is returned as is.
-func (c *Client) modifyLease(ctx context.Context, edit func(*coordinationv1.Lease) (*coordinationv1.Lease, error)) (*coordinationv1.Lease, error) {
-	info, _, err := c.resolve(ctx, false)
-	if err != nil {
-		return nil, err
-	}
-	for range maxWriteAttempts {
-		current, err := c.readLease(ctx, info.leaseName)
-		if err != nil {
-			return nil, err
-		}
-		l, err := edit(current)
-		if err != nil {
-			return nil, err
-		}
-		updated, err := c.leases.Update(ctx, l, metav1.UpdateOptions{})
-		if err == nil {
-			c.remember(updated)
-			return updated, nil
-		}
-		if !apierrors.IsConflict(err) {
-			return nil, fmt.Errorf("updating lease %s/%s: %w", c.cfg.Namespace, info.leaseName, err)
-		}
-	}
-	return nil, fmt.Errorf("updating lease %s/%s: lost %d compare-and-swap races in a row", c.cfg.Namespace, info.leaseName, maxWriteAttempts)
 }

@@ -11,6 +11,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -65,13 +66,20 @@ type Config struct {
 // Client holds at most one grant at a time by design: use one Client per
 // holder.
 type Client struct {
-	cfg      Config
+	cfg Config
+	// leases reads, watches and registers in the queue; writes sends the
+	// writes of the grant path (grant, renew, release, hand-off, leaving),
+	// unthrottled by a client-side rate limiter (see New).
 	leases   coordinationclient.LeaseInterface
+	writes   coordinationclient.LeaseInterface
 	locks    dynamic.ResourceInterface
 	observer *lease.Observer
 
 	mu   sync.Mutex
 	info *lockInfo
+	// reads numbers the reads of the lock as they are sent; infoSeq is the
+	// number of the read info came from.
+	reads, infoSeq uint64
 	last *coordinationv1.Lease
 	// highest is the highest fencing token this client has seen on the
 	// Leases of this lock name, across deletions and re-creations of the
@@ -86,8 +94,25 @@ type lockInfo struct {
 	leaseName string
 	duration  time.Duration
 	// recorded is the lock's status.fencingToken when it was read: no
-	// grant may carry a token at or below it.
-	recorded int64
+	// grant may carry a token at or below it, except the grant recorded
+	// there itself (recordedHolder, recordedAcquire).
+	recorded        int64
+	recordedHolder  string
+	recordedAcquire time.Time
+}
+
+// grantedOn is info for a grant recorded on l: judged by the lease duration
+// l carries, as everyone else judges it.
+func (info lockInfo) grantedOn(l *coordinationv1.Lease) lockInfo {
+	info.duration = lease.RecordOf(l).Duration(info.duration)
+	return info
+}
+
+// records reports whether the lock's status, as read, records the grant on
+// l: the same holder, token and acquire time.
+func (info lockInfo) records(l *coordinationv1.Lease) bool {
+	rec := lease.RecordOf(l)
+	return info.recorded == lease.Token(l) && info.recordedHolder == rec.Holder && info.recordedAcquire.Equal(rec.AcquireTime)
 }
 
 // GroupVersionResource of DistributedLocks.
@@ -96,9 +121,17 @@ var distributedLocks = locksv1alpha1.GroupVersion.WithResource("distributedlocks
 // New returns a client for the lock named in cfg. Leases are read, written
 // and watched in protobuf, the apiserver's cheapest encoding (the waiters at
 // the front of the queue decode every change of the Lease while they wait);
-// the DistributedLock, a custom resource, in JSON.
+// the DistributedLock, a custom resource, in JSON. The writes of the grant
+// path (grant, renew, release, hand-off) go through a client of their own,
+// with no client-side rate limiter and a connection of its own: a renewal or
+// a release never waits behind this process's other requests (restConfig's
+// QPS and Burst still pace the reads and watches).
 func New(restConfig *rest.Config, cfg Config) (*Client, error) {
 	cs, err := kubernetes.NewForConfig(ProtobufConfig(restConfig))
+	if err != nil {
+		return nil, fmt.Errorf("creating kubernetes client: %w", err)
+	}
+	writes, err := kubernetes.NewForConfig(unthrottled(ProtobufConfig(restConfig)))
 	if err != nil {
 		return nil, fmt.Errorf("creating kubernetes client: %w", err)
 	}
@@ -106,7 +139,25 @@ func New(restConfig *rest.Config, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating dynamic client: %w", err)
 	}
-	return NewForClients(cs, dyn, cfg)
+	c, err := NewForClients(cs, dyn, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.writes = writes.CoordinationV1().Leases(cfg.Namespace)
+	return c, nil
+}
+
+// unthrottled is restConfig without a client-side rate limiter, and with a
+// connection of its own: a dialer of its own keeps client-go from sharing
+// the HTTP/2 connection of the reads and watches, so a write never waits
+// for a free stream behind them.
+func unthrottled(restConfig *rest.Config) *rest.Config {
+	c := rest.CopyConfig(restConfig)
+	c.RateLimiter, c.QPS = nil, -1
+	if c.Dial == nil {
+		c.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	return c
 }
 
 // ProtobufConfig is a copy of restConfig that speaks protobuf to the
@@ -118,7 +169,9 @@ func ProtobufConfig(restConfig *rest.Config) *rest.Config {
 	return c
 }
 
-// NewForClients is New with clients the caller already has.
+// NewForClients is New with clients the caller already has; cs carries all
+// of the client's Lease traffic, its writes included, so it should not be
+// throttled by a client-side rate limiter that other requests share.
 func NewForClients(cs kubernetes.Interface, dyn dynamic.Interface, cfg Config) (*Client, error) {
 	if cfg.Namespace == "" || cfg.Name == "" {
 		return nil, fmt.Errorf("lock config: namespace and name are required (got %q/%q)", cfg.Namespace, cfg.Name)
@@ -132,6 +185,7 @@ func NewForClients(cs kubernetes.Interface, dyn dynamic.Interface, cfg Config) (
 	return &Client{
 		cfg:      cfg,
 		leases:   cs.CoordinationV1().Leases(cfg.Namespace),
+		writes:   cs.CoordinationV1().Leases(cfg.Namespace),
 		locks:    dyn.Resource(distributedLocks).Namespace(cfg.Namespace),
 		observer: lease.NewObserver(),
 	}, nil
@@ -178,6 +232,8 @@ func (c *Client) GetLock(ctx context.Context) (*locksv1alpha1.DistributedLock, e
 func (c *Client) resolve(ctx context.Context, refresh bool) (lockInfo, *locksv1alpha1.DistributedLock, error) {
 	c.mu.Lock()
 	cached := c.info
+	c.reads++
+	seq := c.reads
 	c.mu.Unlock()
 	if cached != nil && !refresh {
 		return *cached, nil, nil
@@ -187,12 +243,17 @@ func (c *Client) resolve(ctx context.Context, refresh bool) (lockInfo, *locksv1a
 		return lockInfo{}, nil, err
 	}
 	info := lockInfo{uid: lock.UID, leaseName: lock.Status.LeaseName, recorded: lock.Status.FencingToken,
-		duration: time.Duration(lock.EffectiveLeaseDurationSeconds()) * time.Second}
+		recordedHolder: lock.Status.Holder, duration: time.Duration(lock.EffectiveLeaseDurationSeconds()) * time.Second}
+	if lock.Status.AcquireTime != nil {
+		info.recordedAcquire = lock.Status.AcquireTime.Time
+	}
 	if info.leaseName == "" {
 		info.leaseName = lock.EffectiveLeaseName()
 	}
 	c.mu.Lock()
-	c.info = &info
+	if seq > c.infoSeq { // a read sent later may have answered first
+		c.info, c.infoSeq = &info, seq
+	}
 	c.mu.Unlock()
 	return info, lock, nil
 }

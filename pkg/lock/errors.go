@@ -3,6 +3,7 @@ package lock
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -28,7 +29,49 @@ var (
 	// out: others may already hold the lock. The unusable grant keeps the
 	// lock until it lapses, so this matches ErrHeld too.
 	ErrAnsweredTooLate = fmt.Errorf("%w: the grant's answer came back too late to use", ErrHeld)
+	// ErrIdentityInUse: another process holds the lock, or waits for it,
+	// under this client's identity. Matched by *IdentityInUseError.
+	ErrIdentityInUse = errors.New("identity in use by another client of the lock")
 )
+
+// IdentityInUseError says that another live client of the lock uses this
+// client's identity: it holds the lock under it, or waits in the queue
+// under it ahead of this caller. Identities must be unique per process
+// (DefaultIdentity is).
+type IdentityInUseError struct {
+	// Lock is namespace/name of the DistributedLock.
+	Lock string
+	// Identity is the identity in use.
+	Identity string
+	// Holds: the other client holds the lock (with Token); else it waits
+	// at queue Position.
+	Holds    bool
+	Token    int64
+	Position int
+}
+
+// Error implements error.
+func (e *IdentityInUseError) Error() string {
+	what := fmt.Sprintf("waits for it at position %d of its queue", e.Position)
+	if e.Holds {
+		what = fmt.Sprintf("holds it (fencing token %d)", e.Token)
+	}
+	return fmt.Sprintf("another client of lock %s %s under identity %q, this client's: give each process an identity of its own "+
+		"(leave --identity unset for a unique one); if that client is gone, its grant lapses after the lease, or is released with "+
+		"kubectl lock release %s --identity %s, and its place leaves the queue when its turn passes", e.Lock, what, e.Identity,
+		lockNameOnly(e.Lock), e.Identity)
+}
+
+// Is makes errors.Is(err, ErrIdentityInUse) true.
+func (e *IdentityInUseError) Is(target error) bool { return target == ErrIdentityInUse }
+
+// lockNameOnly is the name part of namespace/name.
+func lockNameOnly(lock string) string {
+	if i := strings.LastIndex(lock, "/"); i >= 0 {
+		return lock[i+1:]
+	}
+	return lock
+}
 
 // HeldError says who holds the lock and until when, as observed here, or,
 // for a free lock, that waiters queued ahead have their turn first.

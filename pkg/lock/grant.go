@@ -49,10 +49,12 @@ type Grant struct {
 	expiry       clock.Timer
 	lastRenewErr error
 	lostErr      error
-	onLost       []func(error)
-	stopOnce     sync.Once
-	lostOnce     sync.Once
-	endOnce      sync.Once
+	// released: a Release landed; a later one has nothing to do.
+	released bool
+	onLost   []func(error)
+	stopOnce sync.Once
+	lostOnce sync.Once
+	endOnce  sync.Once
 }
 
 // safetyMargin is how long before the lease could lapse for others a grant
@@ -72,9 +74,10 @@ func (c *Client) safeUntil(info lockInfo, start time.Time) time.Time {
 	return start.Add(info.duration - c.safetyMargin(info))
 }
 
-// newGrant starts a grant of the lock: held until validUntil unless renewed,
-// renewed first after firstRenewal, then every renew interval.
-func newGrant(c *Client, log logr.Logger, info lockInfo, granted *coordinationv1.Lease, validUntil time.Time, firstRenewal time.Duration) *Grant {
+// newGrant starts the grant a: held until a.validUntil unless renewed,
+// renewed first after a.firstRenewal, then every renew interval.
+func newGrant(c *Client, log logr.Logger, a *acquired) *Grant {
+	info, granted, validUntil, firstRenewal := a.info, a.lease, a.validUntil, a.firstRenewal
 	interval := c.renewInterval(info)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	renewCtx, stopRenewal := context.WithCancel(context.Background())
@@ -261,9 +264,8 @@ func (g *Grant) renewOnce() error {
 	g.mu.Unlock()
 	for range maxWriteAttempts {
 		start := clk.Now()
-		updated, err := g.client.leases.Update(ctx, lease.Renew(current, g.info.duration, start), metav1.UpdateOptions{})
+		updated, err := g.client.patchLease(ctx, g.info.leaseName, lease.RenewPatch(current, start))
 		if err == nil {
-			g.client.remember(updated)
 			if lostErr := g.stillServing(updated); lostErr != nil {
 				return lostErr
 			}
@@ -277,7 +279,12 @@ func (g *Grant) renewOnce() error {
 			g.mu.Unlock()
 			return nil
 		}
-		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsForbidden(err):
+			// The lease-guard policy refuses a renewal of a grant the
+			// controller marked lapsed, or one that is not this client's.
+			return lostBecause("refused", "%w: the apiserver refused the renewal of lock %s: %w", ErrLost, g.Lock(), err)
+		case !lostRace(err) && !apierrors.IsNotFound(err):
 			return fmt.Errorf("renewing lease %s/%s: %w", g.client.cfg.Namespace, g.info.leaseName, err)
 		}
 		if current, err = g.reread(ctx); err != nil {
@@ -287,7 +294,7 @@ func (g *Grant) renewOnce() error {
 			return err
 		}
 	}
-	return fmt.Errorf("renewing lease %s/%s: lost %d compare-and-swap races", g.client.cfg.Namespace, g.info.leaseName, maxWriteAttempts)
+	return fmt.Errorf("renewing lease %s/%s: the Lease changed under %d renewals in a row", g.client.cfg.Namespace, g.info.leaseName, maxWriteAttempts)
 }
 
 // stillServing is nil while l, this grant's own Lease, still serves the
@@ -329,13 +336,7 @@ func (g *Grant) releaseLapsed() {
 			if !g.owns(fresh) {
 				return
 			}
-			released, err := g.client.releasedLease(fresh, g.info)
-			if err != nil {
-				return
-			}
-			updated, err := g.client.leases.Update(ctx, released, metav1.UpdateOptions{})
-			if err == nil {
-				g.client.remember(updated)
+			if _, err := g.client.patchLease(ctx, g.info.leaseName, g.client.releasePatch(fresh, g.info, false)); err == nil || !lostRace(err) {
 				return
 			}
 		}
@@ -433,10 +434,13 @@ func (g *Grant) stopRenewing() {
 	<-g.done
 }
 
-// Release gives the lock up if this grant still holds it: a compare-and-swap
-// that clears the holder only on the Lease version this grant owns (the
-// Kubernetes form of compare-value-then-delete). Releasing a grant that was
-// lost changes nothing and returns ErrNotHolder with who holds it now.
+// Release gives the lock up if this grant still holds it: a patch that
+// clears the holder only while the Lease records this grant (holder and
+// token; the Kubernetes form of compare-value-then-delete), handing the lock
+// to the head of the queue in the same write. Releasing a grant that was
+// lost changes nothing and returns ErrNotHolder with why it was lost;
+// releasing it again after a Release that landed changes nothing and
+// returns ErrNotHolder saying so.
 func (g *Grant) Release(ctx context.Context) error {
 	// The holder stops believing it holds the lock at once, before anything
 	// that can wait on the network.
@@ -452,25 +456,26 @@ func (g *Grant) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: nothing released: %w", ErrNotHolder, err)
 	}
 	g.mu.Lock()
-	current := g.freshest()
+	current, released := g.freshest(), g.released
 	g.mu.Unlock()
-	for range maxWriteAttempts {
-		released, err := g.client.releasedLease(current, g.info)
-		if err != nil {
-			return err
-		}
-		updated, err := g.client.leases.Update(ctx, released, metav1.UpdateOptions{})
+	if released {
+		return fmt.Errorf("%w: this grant (fencing token %d) was released already; nothing released", ErrNotHolder, g.token)
+	}
+	for attempt := range maxWriteAttempts {
+		updated, err := g.client.patchLease(ctx, g.info.leaseName, g.client.releasePatch(current, g.info, attempt == 0))
 		if err == nil {
-			g.client.remember(updated)
+			g.mu.Lock()
+			g.released = true
+			g.mu.Unlock()
 			g.log.V(1).Info("released the lock", "handedTo", lease.Holder(updated))
 			return nil
 		}
-		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("releasing lease %s/%s: %w", g.client.cfg.Namespace, g.info.leaseName, err)
+		if !lostRace(err) && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("releasing lease %s/%s: %w", g.client.cfg.Namespace, g.info.leaseName, refusal(err))
 		}
 		if current, err = g.reread(ctx); err != nil {
 			return fmt.Errorf("%w: nothing released: %w", ErrNotHolder, err)
 		}
 	}
-	return fmt.Errorf("releasing lease %s/%s: lost %d compare-and-swap races", g.client.cfg.Namespace, g.info.leaseName, maxWriteAttempts)
+	return fmt.Errorf("releasing lease %s/%s: the Lease changed under %d releases in a row", g.client.cfg.Namespace, g.info.leaseName, maxWriteAttempts)
 }

@@ -9,11 +9,7 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
-	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
@@ -36,34 +32,6 @@ func TestRenewRetryDelayBacksOffWithinTheInterval(t *testing.T) {
 	for _, c := range cases {
 		if got := renewRetryDelay(c.failures, c.interval); got != c.want {
 			t.Errorf("renewRetryDelay(%d, %s) = %s, want %s", c.failures, c.interval, got, c.want)
-		}
-	}
-}
-
-func TestControllerSawExpiryOnlyForTheSameRecord(t *testing.T) {
-	rec := lease.Record{Holder: "a", Transitions: 3, RenewTime: t0}
-	status := func(reason, holder string, token int64, renew time.Time) *locksv1alpha1.DistributedLock {
-		l := &locksv1alpha1.DistributedLock{Status: locksv1alpha1.DistributedLockStatus{
-			Holder: holder, FencingToken: token, RenewTime: ptr.To(metav1.NewMicroTime(renew)),
-			Conditions: []metav1.Condition{{Type: locksv1alpha1.ConditionHeld, Reason: reason}},
-		}}
-		return l
-	}
-	cases := []struct {
-		name string
-		lock *locksv1alpha1.DistributedLock
-		want bool
-	}{
-		{"expired, same record", status(locksv1alpha1.ReasonExpired, "a", 3, t0), true},
-		{"still held", status(locksv1alpha1.ReasonHeld, "a", 3, t0), false},
-		{"expired, but renewed since", status(locksv1alpha1.ReasonExpired, "a", 3, t0.Add(-time.Second)), false},
-		{"expired, an older grant", status(locksv1alpha1.ReasonExpired, "a", 2, t0), false},
-		{"expired, another holder", status(locksv1alpha1.ReasonExpired, "b", 3, t0), false},
-		{"no conditions yet", &locksv1alpha1.DistributedLock{}, false},
-	}
-	for _, tc := range cases {
-		if got := controllerSawExpiry(tc.lock, rec); got != tc.want {
-			t.Errorf("%s: controllerSawExpiry = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

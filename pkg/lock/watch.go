@@ -51,8 +51,8 @@ type leaseWatch struct {
 // ctx, and returns the copy of the Lease to judge next (an empty candidate
 // means: read it afresh).
 func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error) {
-	if hint.backingOff {
-		return candidate{}, lw.backOff(ctx, hint.deadline)
+	if hint.unwatched {
+		return candidate{}, lw.sleep(ctx, hint.deadline)
 	}
 	clk := lw.client.cfg.Clock
 	timer := clk.NewTimer(max(hint.deadline.Sub(clk.Now()), time.Millisecond))
@@ -115,10 +115,8 @@ func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error
 	}
 }
 
-// backOff waits, unwatched, until deadline or the end of ctx (its error):
-// a caller that lost a registration race watches nothing while it backs
-// off (see registerBackoff), and then reads the Lease afresh.
-func (lw *leaseWatch) backOff(ctx context.Context, deadline time.Time) error {
+// sleep waits, unwatched, until deadline or the end of ctx (its error).
+func (lw *leaseWatch) sleep(ctx context.Context, deadline time.Time) error {
 	lw.stop()
 	clk := lw.client.cfg.Clock
 	timer := clk.NewTimer(max(deadline.Sub(clk.Now()), time.Millisecond))

@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
@@ -225,7 +226,13 @@ func TestGrantThenDeleteNeverReusesToken(t *testing.T) {
 
 	var last int32
 	for round := range 5 {
-		token, err := testutil.Grant(ctx, clientset, ns, "billing", "racer")
+		var token int32
+		// The controller may write the recreated Lease meanwhile (the
+		// lapse mark of the previous round's grant): read again then.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() (err error) {
+			token, err = testutil.Grant(ctx, clientset, ns, "billing", "racer")
+			return err
+		})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(token).To(BeNumerically(">", last), "round %d", round)
 		last = token

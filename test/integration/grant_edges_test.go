@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 	testutil "github.com/frontdesk-dev/frontdesk/test/util"
@@ -30,7 +30,7 @@ type firstLeasePutNeverSent struct {
 }
 
 func (f *firstLeasePutNeverSent) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/leases/") {
+	if leaseWriteRequest(req) {
 		f.mu.Lock()
 		first := !f.seen
 		f.seen = true
@@ -102,32 +102,34 @@ func TestUncertainGrantNeverReleasesAnotherProcessWithTheSameIdentity(t *testing
 	g.Expect(second.Release(context.Background())).To(Succeed())
 }
 
-// A release hands the lock on with the lease duration the releaser wrote;
-// the waiter taking it up judges its window by that duration, as every
-// other observer does, not by the longer one it read from the lock after
-// leaseDurationSeconds was raised.
+// A release hands the lock on with the lock's lease duration as the manager
+// last wrote it on the Lease; the waiter taking it up judges its window by
+// that duration, as every other observer does, not by the longer one it
+// read from the lock before leaseDurationSeconds was lowered.
 func TestHandedOffGrantIsJudgedByTheDurationWritten(t *testing.T) {
 	ns := newNamespace(t)
-	lk := createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(4).Obj())
+	lk := createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(60).Obj())
 	holder, err := newLockClient(t, ns, "billing", "holder").TryAcquire(context.Background())
 	g := NewWithT(t)
 	g.Expect(err).NotTo(HaveOccurred())
 
-	patch := client.MergeFrom(lk.DeepCopy())
-	lk.Spec.LeaseDurationSeconds = 60
-	g.Expect(k8sClient.Patch(context.Background(), lk, patch)).To(Succeed())
-
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// A short renew interval: the waiter takes the hand-off up without
-	// renewing first (it would otherwise renew, writing its own 60 s).
+	// renewing first.
 	done := acquireInBackground(ctx, newLockClient(t, ns, "billing", "waiter", func(c *lock.Config) { c.RenewInterval = time.Second }))
 	eventually(t, 10*time.Second, func(g Gomega) { g.Expect(queueOf(g, ns, "billing")).To(Equal([]string{"waiter"})) })
+	patch := client.MergeFrom(lk.DeepCopy())
+	lk.Spec.LeaseDurationSeconds = 4
+	g.Expect(k8sClient.Patch(context.Background(), lk, patch)).To(Succeed())
+	eventually(t, 5*time.Second, func(g Gomega) {
+		g.Expect(getLease(g, ns, "billing").Annotations[locksv1alpha1.LeaseDurationAnnotation]).To(Equal("4"))
+	})
 	g.Expect(holder.Release(context.Background())).To(Succeed())
 	released := time.Now()
 	handed := getLease(g, ns, "billing")
 	g.Expect(lease.Holder(handed)).To(Equal("waiter"))
-	g.Expect(lease.RecordOf(handed).DurationSeconds).To(BeEquivalentTo(4), "the releaser wrote its own duration")
+	g.Expect(lease.RecordOf(handed).DurationSeconds).To(BeEquivalentTo(4), "the hand-off carries the lock's duration")
 
 	r := <-done
 	g.Expect(r.err).NotTo(HaveOccurred())

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,4 +86,10 @@ func countOf(items []string, want string) int {
 func eventually(t *testing.T, timeout time.Duration, fn func(g Gomega)) {
 	t.Helper()
 	NewWithT(t).Eventually(fn).WithTimeout(timeout).WithPolling(20 * time.Millisecond).Should(Succeed())
+}
+
+// leaseWriteRequest reports whether req writes a Lease: a client's patch
+// (grant, renewal, release, registration) or an Update.
+func leaseWriteRequest(req *http.Request) bool {
+	return (req.Method == http.MethodPut || req.Method == http.MethodPatch) && strings.Contains(req.URL.Path, "/leases/")
 }

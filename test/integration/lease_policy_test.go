@@ -79,7 +79,7 @@ func TestLeaseGuardRefusesWritesThatBreakFencing(t *testing.T) {
 				now := metav1.NewMicroTime(time.Now())
 				l.Spec.HolderIdentity, l.Spec.AcquireTime, l.Spec.RenewTime = ptr.To("rogue"), &now, &now
 			},
-			"a new holder (rogue) must come with a new fencing token: raise spec.leaseTransitions above 1 in the same write"},
+			"a new holder (rogue) must come with a new fencing token: raise spec.leaseTransitions from 1 to 2 in the same write"},
 		{"the token finalizer stripped", false,
 			func(l *coordinationv1.Lease) { l.Finalizers = nil },
 			"only the frontdesk manager may change what ties Lease billing to DistributedLock billing"},

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/ptr"
 
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
@@ -34,7 +35,7 @@ type leaseWrites struct {
 }
 
 func (w *leaseWrites) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodPut || !strings.Contains(req.URL.Path, "/leases/") {
+	if !leaseWriteRequest(req) {
 		return w.next.RoundTrip(req)
 	}
 	w.mu.Lock()
@@ -225,4 +226,43 @@ func TestClientReportsWhatItDoes(t *testing.T) {
 	defer mu.Unlock()
 	g.Expect(strings.Join(logged, "\n")).To(ContainSubstring("lost the lock"))
 	g.Expect(strings.Join(logged, "\n")).To(ContainSubstring("acquired the lock"))
+}
+
+// A lock client's renewals and releases are its most urgent requests: they
+// never wait behind its own client-side rate limiter. Here the rest.Config
+// carries one shared limiter of one request every two seconds, kept busy by
+// the same client's reads of its lock; the grant of a 3 s lease is renewed
+// on time through three lease durations, and released at once. Before, a
+// renewal waited its turn at the limiter (and a release under a crowd
+// failed with "client rate limiter Wait returned an error").
+func TestRenewalsAndReleasesNeverWaitBehindTheClientsRateLimiter(t *testing.T) {
+	ns := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(3).Obj())
+	cfg := restConfig()
+	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(0.5, 1)
+	c, err := lock.New(cfg, lock.Config{Namespace: ns, Name: "billing", Identity: "holder"})
+	g := NewWithT(t)
+	g.Expect(err).NotTo(HaveOccurred())
+	gr, err := c.TryAcquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var reads sync.WaitGroup
+	reads.Go(func() {
+		for ctx.Err() == nil {
+			_, _ = c.GetLock(ctx) // each takes the limiter's one token
+		}
+	})
+	defer func() { cancel(); reads.Wait() }()
+	renewals := map[time.Time]bool{}
+	deadline := time.Now().Add(9 * time.Second)
+	for time.Now().Before(deadline) {
+		g.Expect(gr.Err()).NotTo(HaveOccurred(), "the grant was lost behind the client's own rate limiter")
+		renewals[getLease(g, ns, "billing").Spec.RenewTime.Time] = true
+		time.Sleep(100 * time.Millisecond) // sampling the Lease, not the check
+	}
+	g.Expect(len(renewals)).To(BeNumerically(">=", 7), "renewals every second for 9 s")
+	start := time.Now()
+	g.Expect(gr.Release(context.Background())).To(Succeed())
+	g.Expect(time.Since(start)).To(BeNumerically("<", time.Second), "the release waited behind the limiter")
 }

@@ -1,0 +1,52 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
+)
+
+// A grant ends by its holder's release, by a break, or by the controller's
+// lapse mark: nobody else may declare it lapsed, since admission, which
+// guards the Lease, has no clock. The controller judges expiry on its own
+// monotonic clock (a record unchanged for the lease duration since it
+// first saw it), so it writes the mark only after the holder's own safe
+// window ended: the holder counts its window from the start of its last
+// write, and the controller's count starts when it first sees that write.
+// Once the mark names the grant's token, the lease-guard policy lets anyone
+// take the lock over and no longer lets the holder renew it.
+
+// markLapsed writes the lapse mark on l's grant when the controller has
+// seen its record go unrenewed for the lease duration, unless the grant is
+// the controller's own (candidates mode: it renews those, and revokes
+// them). It returns the Lease as written, or l when there was nothing to
+// write, and how long until the mark is due otherwise (zero for never).
+func (r *DistributedLockReconciler) markLapsed(ctx context.Context, lock *locksv1alpha1.DistributedLock, l *coordinationv1.Lease,
+	obs lease.Observation, now time.Time) (*coordinationv1.Lease, time.Duration, error) {
+	rec := obs.Record
+	if l == nil || rec.Holder == "" || rec.Lapsed || !ownedBy(l, lock) || l.Annotations[locksv1alpha1.CandidateGrantAnnotation] == rec.Holder {
+		return l, 0, nil
+	}
+	if deadline := obs.Deadline(lockDuration(lock)); now.Before(deadline) {
+		return l, deadline.Sub(now), nil
+	}
+	marked := l.DeepCopy()
+	err := r.Patch(ctx, marked, client.RawPatch(types.JSONPatchType, lease.LapsePatch(l).Bytes()))
+	switch {
+	case err == nil:
+		return marked, 0, nil
+	case lease.PatchDidNotApply(err):
+		// The record changed since it was judged (a renewal landed): the
+		// watch brings it, and the next pass judges it afresh.
+		return l, 0, nil
+	default:
+		return nil, 0, fmt.Errorf("marking the lapsed grant of %s on lease %s: %w", rec.Holder, l.Name, err)
+	}
+}

@@ -1,0 +1,220 @@
+package lease
+
+import (
+	"slices"
+	"strconv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+)
+
+// The patches below are every write a client of a lock makes to its Lease:
+// grant, renew, release, hand off, break. Each is built from the copy of the
+// Lease the client judged and tests, first, exactly what that judgement
+// rests on (the token, the holder, whether the grant lapsed), so it lands
+// only if those still hold when the apiserver applies it; the rest of the
+// Lease (the queue, above all) may have changed meanwhile. Two grants judged
+// on the same token cannot both land: the first moves the token, and the
+// second's test fails. None of them does I/O.
+
+var (
+	pathHolder      = "/spec/holderIdentity"
+	pathTransitions = "/spec/leaseTransitions"
+	pathDuration    = "/spec/leaseDurationSeconds"
+	pathAcquire     = "/spec/acquireTime"
+	pathRenew       = "/spec/renewTime"
+	pathDeletion    = "/metadata/deletionTimestamp"
+)
+
+// grantMarks are the annotations that describe the current grant; a new
+// grant or a release drops the previous grant's.
+var grantMarks = []string{TicketAnnotation, HandedOffByAnnotation, GrantNonceAnnotation, locksv1alpha1.HolderPrincipalAnnotation}
+
+// GrantDuration is the lease duration a grant on l must carry: the
+// manager's LeaseDurationAnnotation, else the Lease's own
+// leaseDurationSeconds, else fallback.
+func GrantDuration(l *coordinationv1.Lease, fallback time.Duration) time.Duration {
+	if s, err := strconv.Atoi(l.Annotations[locksv1alpha1.LeaseDurationAnnotation]); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return RecordOf(l).Duration(fallback)
+}
+
+// Lapsed reports whether the controller marked l's current grant lapsed
+// (LapsedAnnotation names its token).
+func Lapsed(l *coordinationv1.Lease) bool {
+	return Holder(l) != "" && l.Annotations[locksv1alpha1.LapsedAnnotation] == strconv.FormatInt(int64(ptr.Deref(l.Spec.LeaseTransitions, 0)), 10)
+}
+
+// testGrant makes p apply only to the grant current records: its token, and
+// its holder (none, when it is free).
+func testGrant(p *Patch, current *coordinationv1.Lease) {
+	p.Test(pathTransitions, current.Spec.LeaseTransitions)
+	if h := Holder(current); h != "" {
+		p.Test(pathHolder, h)
+	} else {
+		p.Test(pathHolder, current.Spec.HolderIdentity)
+	}
+}
+
+// setGrant sets a new grant of current to identity in p: the next token,
+// fresh times, the duration every grant carries, and none of the previous
+// grant's marks.
+func setGrant(p *Patch, current *coordinationv1.Lease, identity string, duration time.Duration, now time.Time) error {
+	next, err := nextToken(current)
+	if err != nil {
+		return err
+	}
+	t := metav1.NewMicroTime(now)
+	p.Set(pathHolder, identity)
+	p.Set(pathTransitions, next)
+	p.Set(pathDuration, durationSeconds(GrantDuration(current, duration)))
+	p.Set(pathAcquire, t)
+	p.Set(pathRenew, t)
+	for _, key := range grantMarks {
+		p.RemoveAnnotationIf(current.Annotations, key)
+	}
+	return nil
+}
+
+// GrantPatch takes the lock for identity on current: free, or held by a
+// grant the controller marked lapsed. It tests that the Lease still
+// records that (same token, same holder, the lapse mark), that it is still
+// controlled by the same lock and not being deleted, and sets the next
+// token. ticket, when not "", is the caller's place in the queue, which
+// leaves it in the same write; nonce names the attempt (GrantNonceAnnotation).
+// duration is used only when the Lease names none.
+func GrantPatch(current *coordinationv1.Lease, identity, ticket, nonce string, duration time.Duration, now time.Time) (*Patch, error) {
+	p := &Patch{}
+	testGrant(p, current)
+	p.Test(pathDeletion, nil)
+	p.Test(AnnotationPath(locksv1alpha1.LockUIDAnnotation), current.Annotations[locksv1alpha1.LockUIDAnnotation])
+	if Holder(current) != "" {
+		p.Test(AnnotationPath(locksv1alpha1.LapsedAnnotation), current.Annotations[locksv1alpha1.LapsedAnnotation])
+	}
+	if err := setGrant(p, current, identity, duration, now); err != nil {
+		return nil, err
+	}
+	p.Set(AnnotationPath(GrantNonceAnnotation), nonce)
+	if ticket != "" {
+		removePlace(p, current, ticket)
+	}
+	labelFront(p, current, ticket)
+	return p, nil
+}
+
+// RenewPatch moves the renew time of current's grant to now, if the Lease
+// still records that grant (holder and token).
+func RenewPatch(current *coordinationv1.Lease, now time.Time) *Patch {
+	p := &Patch{}
+	testGrant(p, current)
+	p.Set(pathRenew, metav1.NewMicroTime(now))
+	labelFront(p, current, "")
+	return p
+}
+
+// ReleasePatch ends current's grant, if the Lease still records it: no
+// holder, no times, the token unchanged (the next grant gets the next one).
+func ReleasePatch(current *coordinationv1.Lease) *Patch {
+	p := &Patch{}
+	testGrant(p, current)
+	clearGrant(p, current)
+	return p
+}
+
+// clearGrant removes current's grant in p: holder, times and marks.
+func clearGrant(p *Patch, current *coordinationv1.Lease) {
+	if current.Spec.HolderIdentity != nil {
+		p.Remove(pathHolder)
+	}
+	if current.Spec.AcquireTime != nil {
+		p.Remove(pathAcquire)
+	}
+	if current.Spec.RenewTime != nil {
+		p.Remove(pathRenew)
+	}
+	for _, key := range grantMarks {
+		p.RemoveAnnotationIf(current.Annotations, key)
+	}
+}
+
+// HandOffPatch ends current's grant, held by releaser, and grants the lock
+// to the head of the queue in the same write: the holder becomes the head's
+// identity, with the next token and fresh times, the grant names the head's
+// ticket, and the head leaves the queue. It tests the grant (holder,
+// token) and that the head's place is still there. The head must not trust
+// a safe window it did not start: see the client library's claim of a
+// hand-off. ok is false when nobody is queued.
+func HandOffPatch(current *coordinationv1.Lease, releaser string, duration time.Duration, now time.Time) (p *Patch, head Waiter, ok bool, err error) {
+	q := Queue(current)
+	if len(q) == 0 {
+		return nil, Waiter{}, false, nil
+	}
+	head = q[0]
+	p = &Patch{}
+	testGrant(p, current)
+	p.Test(AnnotationPath(EntryKey(head.Ticket)), entryValue(head))
+	if err := setGrant(p, current, head.Identity, duration, now); err != nil {
+		return nil, Waiter{}, false, err
+	}
+	p.Set(AnnotationPath(TicketAnnotation), head.Ticket)
+	p.Set(AnnotationPath(HandedOffByAnnotation), releaser)
+	removePlace(p, current, head.Ticket)
+	labelFront(p, current, head.Ticket)
+	return p, head, true, nil
+}
+
+// BreakPatch ends current's grant whoever holds it and raises the token by
+// one in the same write, so the previous holder is fenced by every later
+// grant; it tests the token and holder it was judged on.
+func BreakPatch(current *coordinationv1.Lease) (*Patch, error) {
+	next, err := nextToken(current)
+	if err != nil {
+		return nil, err
+	}
+	p := &Patch{}
+	testGrant(p, current)
+	clearGrant(p, current)
+	p.Set(pathTransitions, next)
+	return p, nil
+}
+
+// LapsePatch marks current's grant lapsed (LapsedAnnotation), if the Lease
+// still holds exactly the record of current that the controller saw go
+// unrenewed: holder, token and renew time.
+func LapsePatch(current *coordinationv1.Lease) *Patch {
+	p := &Patch{}
+	testGrant(p, current)
+	p.Test(pathRenew, current.Spec.RenewTime)
+	p.Set(AnnotationPath(locksv1alpha1.LapsedAnnotation), strconv.FormatInt(int64(ptr.Deref(current.Spec.LeaseTransitions, 0)), 10))
+	return p
+}
+
+// removePlace removes the place with ticket, as the copy current shows it.
+func removePlace(p *Patch, current *coordinationv1.Lease, ticket string) {
+	p.RemoveAnnotationIf(current.Annotations, EntryKey(ticket))
+	p.RemoveAnnotationIf(current.Annotations, QueuedByKey(ticket))
+	if _, ok := current.Labels[FrontLabelPrefix+ticket]; ok {
+		p.Remove(LabelPath(FrontLabelPrefix + ticket))
+	}
+}
+
+// labelFront adds, in p, the front labels that current's queue (without
+// the place with leaving, when not "") calls for and current lacks. It
+// removes none: a label left on a waiter that was pushed back only makes
+// it hear more, and its owner removes it when it leaves or takes the lock.
+func labelFront(p *Patch, current *coordinationv1.Lease, leaving string) {
+	if current.Labels == nil {
+		return // a lock's Lease always carries the lock label; this one has none to add to
+	}
+	q := slices.DeleteFunc(Queue(current), func(w Waiter) bool { return w.Ticket == leaving })
+	for _, t := range frontTickets(q) {
+		if _, ok := current.Labels[FrontLabelPrefix+t]; !ok {
+			p.Set(LabelPath(FrontLabelPrefix+t), "true")
+		}
+	}
+}

@@ -1,0 +1,257 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
+)
+
+// place is a caller's place in the lock's queue of waiters.
+type place struct {
+	// ticket names this Acquire call's place; "" for a caller that does
+	// not queue (TryAcquire).
+	ticket string
+	// waiting: the caller waits, so it registers when it cannot have the
+	// lock at once.
+	waiting bool
+	// registeredAt is when the first registration of the ticket was sent
+	// (zero if none was). Any hand-off naming this ticket came after some
+	// registration of it, so after registeredAt: no other client can see
+	// the handed-off grant lapse before registeredAt plus the lease
+	// duration the hand-off wrote. It never moves forward, even if the
+	// caller registers again.
+	registeredAt time.Time
+	// readAt and read: a read of the Lease sent at readAt answered with
+	// read, which did not hand the lock to this caller. A hand-off of a
+	// later resourceVersion was written after readAt, so the front of the
+	// queue reads the Lease while it waits (refreshHandOffWindow) to take a
+	// hand-off up without renewing it first.
+	readAt time.Time
+	read   *coordinationv1.Lease
+	// readTried is when the last such read was answered or failed; the
+	// next read counts from then.
+	readTried time.Time
+	// sentRegistration: a registration was sent (it may have landed even
+	// if its answer never came), so a caller that gives up leaves the queue.
+	sentRegistration bool
+	// raced: a registration found the Lease changed since the copy it was
+	// judged on (a crowd is registering); the next one is a merge patch,
+	// sent at registerAt (see registrationSpread).
+	raced      bool
+	registerAt time.Time
+	// uncertain is the token of a grant of the caller's that it did not
+	// take (its answer never came, or came too late), and uncertainNonce
+	// the nonce it was written with; a caller that gives up releases it if
+	// it landed, and only then.
+	uncertain      int64
+	uncertainNonce string
+}
+
+// waitTurn is what a caller that cannot have the lock now waits for (hint:
+// a change of the Lease after current, or the deadline). A waiting caller
+// that is not in the queue registers first. At the front of the queue it
+// reads the Lease now and then, so that a hand-off can be used at once
+// (refreshHandOffWindow); behind the front it hears of the Lease only when
+// it moves up, and reads it at its deadline (waitBehindFront).
+func (c *Client) waitTurn(ctx context.Context, info lockInfo, current *coordinationv1.Lease, p *place, position int, hint waitHint) waitHint {
+	if !p.waiting {
+		return hint
+	}
+	if now := c.cfg.Clock.Now(); position < 0 && now.Before(p.registerAt) {
+		// Spreading out its registration after a crowd's (see
+		// registrationSpread): unwatched until then.
+		hint.deadline = earliestTime(hint.deadline, p.registerAt)
+		hint.unwatched = true
+		return hint
+	}
+	if position < 0 {
+		registered, at, err := c.register(ctx, current, p)
+		if lostRace(err) {
+			p.raced = true
+			p.registerAt = c.cfg.Clock.Now().Add(registrationSpread(info.duration))
+			hint.deadline, hint.unwatched = earliestTime(hint.deadline, p.registerAt), true
+			return hint
+		}
+		if err != nil {
+			// Queue full, or the registration failed: wait unregistered
+			// (behind everyone registered) and try again at the next
+			// change.
+			c.logger(ctx).Info("waiting without a place in the lock's queue", "lock", c.LockName(), "err", err)
+			return hint
+		}
+		hint.resourceVersion, hint.judged = registered.ResourceVersion, candidate{lease: registered, verified: true}
+		position = at
+	}
+	if position < lease.FrontLength {
+		if next := c.refreshHandOffWindow(ctx, info, p); next.Before(hint.deadline) {
+			hint.deadline = next
+		}
+		return hint
+	}
+	hint.waitBehindFront(c.cfg.Clock.Now(), info.duration)
+	return hint
+}
+
+// register puts the caller in the lock's queue, as judged from current:
+// first with a patch that lands only on current's version (the usual case:
+// nothing else wrote the Lease meanwhile), and once that lost a race, with a
+// merge patch, which conflicts with no other write (see registrationSpread
+// for when it is sent). It returns the Lease written and the caller's
+// position in its queue.
+func (c *Client) register(ctx context.Context, current *coordinationv1.Lease, p *place) (*coordinationv1.Lease, int, error) {
+	w := lease.Waiter{Identity: c.cfg.Identity, Ticket: p.ticket, Priority: c.cfg.Priority}
+	if !p.sentRegistration {
+		p.registeredAt = c.cfg.Clock.Now()
+	}
+	p.sentRegistration = true
+	var updated *coordinationv1.Lease
+	var err error
+	if p.raced {
+		var merge []byte
+		if merge, _, err = lease.Registration(current, w); err != nil {
+			return nil, -1, err
+		}
+		updated, err = c.leases.Patch(ctx, current.Name, types.MergePatchType, merge, metav1.PatchOptions{})
+	} else {
+		var exact *lease.Patch
+		if exact, _, err = lease.ExactRegistration(current, w); err != nil {
+			return nil, -1, err
+		}
+		updated, err = c.leases.Patch(ctx, current.Name, types.JSONPatchType, exact.Bytes(), metav1.PatchOptions{})
+	}
+	if err != nil {
+		return nil, -1, refusal(err)
+	}
+	c.remember(updated)
+	c.cfg.Metrics.queued(c.cfg.Namespace, c.cfg.Name)
+	position := lease.Position(updated, p.ticket)
+	c.logger(ctx).V(1).Info("waiting in the lock's queue", "lock", c.LockName(), "position", position)
+	return updated, position, nil
+}
+
+// handedToMe reports whether current is a release that handed the lock to
+// the caller's ticket.
+func handedToMe(current *coordinationv1.Lease, identity string, p *place) bool {
+	return p.ticket != "" && lease.Holder(current) == identity && current.Annotations[lease.TicketAnnotation] == p.ticket
+}
+
+// landedUncertain reports whether current is the caller's own grant that
+// it did not take: its identity, its token and its attempt's nonce.
+func landedUncertain(current *coordinationv1.Lease, identity string, p *place) bool {
+	return p.uncertain != 0 && p.uncertainNonce != "" && lease.Holder(current) == identity &&
+		lease.Token(current) == p.uncertain && current.Annotations[lease.GrantNonceAnnotation] == p.uncertainNonce
+}
+
+// leaveQueue takes a caller that gave up out of the queue (best effort,
+// bounded). A release that handed it the lock meanwhile, or a grant of its
+// own that it did not take, is handed on or released, so it does not sit
+// on a lock nobody uses.
+func (c *Client) leaveQueue(info lockInfo, p *place) {
+	if !p.sentRegistration && p.uncertain == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := c.modifyLease(ctx, info, func(l *coordinationv1.Lease, first bool) (*lease.Patch, error) {
+		if handedToMe(l, c.cfg.Identity, p) || landedUncertain(l, c.cfg.Identity, p) {
+			return c.releasePatch(l, info, first), nil
+		}
+		return nil, errNothingToDo
+	})
+	if err != nil && !errors.Is(err, errNothingToDo) || p.ticket == "" {
+		return
+	}
+	if withdrawal, err := lease.Withdrawal(p.ticket); err == nil {
+		_, _ = c.writes.Patch(ctx, info.leaseName, types.MergePatchType, withdrawal, metav1.PatchOptions{})
+	}
+}
+
+// refreshHandOffWindow is run by a waiter at the front of the queue. When
+// what it knows (its registration, or its last read) is older than half a
+// renew interval, it reads the Lease, a quorum read, so that the next
+// hand-off is known to be written after this moment (see
+// handOffWrittenAfter): a hand-off it can vouch for that recently can be
+// used at once, with its first renewal where a grant of its own would have
+// it (see claimHandOff). It returns when to run again: half a renew interval
+// after what it knows, and never sooner than a quarter of one after its
+// last read's answer (or failure; a read gets half a renew interval). So a
+// waiter at the front reads about twice per renew interval, and writes
+// nothing.
+func (c *Client) refreshHandOffWindow(ctx context.Context, info lockInfo, p *place) (next time.Time) {
+	interval := c.renewInterval(info)
+	due := func() time.Time {
+		return latest(latest(p.registeredAt, p.readAt).Add(interval/2), p.readTried.Add(interval/4))
+	}
+	now := c.cfg.Clock.Now()
+	if now.Before(due()) {
+		return due()
+	}
+	readCtx, cancel := context.WithTimeout(ctx, interval/2)
+	defer cancel()
+	l, err := c.readLease(readCtx, info.leaseName)
+	// The next read counts from this answer, not from the request: a slow
+	// apiserver gets no reads back to back.
+	p.readTried = c.cfg.Clock.Now()
+	if err == nil && !handedToMe(l, c.cfg.Identity, p) {
+		// An answer naming this ticket is no moment before the hand-off:
+		// a later version carrying the same hand-off would look newer.
+		p.readAt, p.read = now, l
+	}
+	return due()
+}
+
+// handOffWrittenAfter is the latest time this caller knows current, a
+// hand-off naming its ticket, to have been written after: the sending of
+// its first registration (the ticket was not queued before), or of a later
+// read whose answer current is newer than (newerVersion: resourceVersions
+// are etcd revisions, and a quorum read is answered as of a moment after
+// it was sent). Zero when neither is known.
+func (p *place) handOffWrittenAfter(current *coordinationv1.Lease) time.Time {
+	if p.read != nil && p.readAt.After(p.registeredAt) && newerVersion(current, p.read) {
+		return p.readAt
+	}
+	return p.registeredAt
+}
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// maxRegistrationSpread bounds registrationSpread.
+const maxRegistrationSpread = 15 * time.Second
+
+// registrationSpread is how long a waiter whose registration lost a race
+// waits, unwatched, before it registers with a merge patch: a random moment
+// within half a lease (at least a turn, at most maxRegistrationSpread). A
+// lost race means that others are registering at the same moment (a crowd
+// arriving at once). Merge patches never fail on each other, but the
+// apiserver applies the writes of one Lease one at a time and redoes those
+// that lost (a crowd merging at once made it redo its work the square of
+// the crowd's size times, starving the holder's renewals); spread out, the
+// crowd's registrations land one after another, and the holder's renewals
+// between them. The first of N sleepers wakes after about 1/N of the
+// spread, so a lock that falls free meanwhile is not left free for long.
+// Waiters of one crowd may queue in any order among themselves.
+func registrationSpread(leaseDuration time.Duration) time.Duration {
+	w := min(max(leaseDuration/2, lease.TurnLength(leaseDuration)), maxRegistrationSpread)
+	return time.Duration(rand.Int64N(int64(w) + 1))
+}
+
+// earliestTime is the earlier of a and b, ignoring zero times.
+func earliestTime(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
+}
