@@ -190,12 +190,12 @@ func (r *DistributedLockReconciler) createLease(ctx context.Context, lock *locks
 func newRecordLease(lock *locksv1alpha1.DistributedLock, name string, token int64) (*coordinationv1.Lease, error) {
 	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        name,
-			Namespace:   lock.Namespace,
-			Labels:      map[string]string{locksv1alpha1.LockNameLabel: lock.Name},
+			Name:      name,
+			Namespace: lock.Namespace,
+			Labels:    map[string]string{locksv1alpha1.LockNameLabel: lock.Name},
 			Annotations: map[string]string{locksv1alpha1.LeaseOriginAnnotation: locksv1alpha1.LeaseOriginCreated,
 				locksv1alpha1.LeaseDurationAnnotation: strconv.Itoa(int(lock.EffectiveLeaseDurationSeconds()))},
-			Finalizers:  []string{locksv1alpha1.LeaseTokenFinalizer},
+			Finalizers: []string{locksv1alpha1.LeaseTokenFinalizer},
 		},
 		Spec: coordinationv1.LeaseSpec{
 			LeaseDurationSeconds: ptr.To(lock.EffectiveLeaseDurationSeconds()),

@@ -80,7 +80,7 @@ type Client struct {
 	// reads numbers the reads of the lock as they are sent; infoSeq is the
 	// number of the read info came from.
 	reads, infoSeq uint64
-	last *coordinationv1.Lease
+	last           *coordinationv1.Lease
 	// highest is the highest fencing token this client has seen on the
 	// Leases of this lock name, across deletions and re-creations of the
 	// lock: tokens for a name never go back, and this is the client's own
