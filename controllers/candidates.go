@@ -132,6 +132,8 @@ func (r *DistributedLockReconciler) renewCandidate(ctx context.Context, current 
 
 // revokeCandidate revokes the grant of a holder pod that is no longer
 // eligible: one write that names it revoked and moves renewTime to now.
+// The hand-off delay counts from when that write was answered (the
+// reconciler observes the revoked record then), not from now.
 func (r *DistributedLockReconciler) revokeCandidate(ctx context.Context, lock *locksv1alpha1.DistributedLock,
 	current *coordinationv1.Lease, now time.Time) (candidateResult, error) {
 	res := candidateResult{lease: current}

@@ -138,8 +138,10 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 			return ctrl.Result{}, err
 		}
 		if cand.lease != state.lease {
+			// Observed when the write was answered, not at the start of the
+			// pass: a hand-off delay counts from the revocation's write.
 			state.lease = cand.lease
-			obs = r.observations.Observe(key, lease.RecordOf(cand.lease), now)
+			obs = r.observations.Observe(key, lease.RecordOf(cand.lease), r.Clock.Now())
 		}
 		leaseEvents, renewIn = append(leaseEvents, cand.events...), cand.renewIn
 		marked, markIn, err := r.markLapsed(ctx, lock, state.lease, obs, now)

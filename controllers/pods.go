@@ -3,7 +3,9 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -138,6 +140,10 @@ func (r *DistributedLockReconciler) clearPodMarks(ctx context.Context, lock *loc
 
 // patchPodMarks sets the lock's label and the given annotations on pod, or
 // removes them all when annotations is nil. It writes only on a change.
+// Setting them is conditional on pod's UID (pod comes from the cache, where
+// the UID was checked): a pod of the same name that replaced it is not
+// marked with a grant that is not its own. Removing them is not: marks
+// must go from whichever pod has the name.
 func (r *DistributedLockReconciler) patchPodMarks(ctx context.Context, pod *corev1.Pod, lockName string, annotations map[string]string) error {
 	patched := pod.DeepCopy()
 	labelKey := locksv1alpha1.HolderLabelKey(lockName)
@@ -161,8 +167,31 @@ func (r *DistributedLockReconciler) patchPodMarks(ctx context.Context, pod *core
 	if labels.Equals(pod.Labels, patched.Labels) && labels.Equals(pod.Annotations, patched.Annotations) {
 		return nil
 	}
-	if err := r.Patch(ctx, patched, client.MergeFrom(pod)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("marking pod %s for lock %s: %w", pod.Name, lockName, err)
+	patch := client.MergeFrom(pod)
+	if annotations != nil {
+		// A merge patch that carries the UID: the apiserver refuses it
+		// when the pod of that name has another one.
+		withUID := pod.DeepCopy()
+		withUID.UID = ""
+		patch = client.MergeFrom(withUID)
 	}
-	return nil
+	err := r.Patch(ctx, patched, patch)
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		return nil
+	case uidRefused(err):
+		return fmt.Errorf("not marking pod %s for lock %s: a pod of that name with another UID replaced UID %s "+
+			"(the next pass reads it afresh): %w", pod.Name, lockName, pod.UID, err)
+	}
+	return fmt.Errorf("marking pod %s for lock %s: %w", pod.Name, lockName, err)
+}
+
+// uidRefused reports whether err is the apiserver refusing a patch because
+// it would change metadata.uid: the object of that name has another UID.
+func uidRefused(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	return slices.ContainsFunc(status.Status().Details.Causes, func(c metav1.StatusCause) bool { return c.Field == "metadata.uid" })
 }

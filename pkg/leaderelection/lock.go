@@ -7,7 +7,9 @@
 // token. Lock is a resourcelock.Interface that wraps client-go's own
 // resourcelock.LeaseLock: it lets client-go run the election unchanged and
 // remembers, from the apiserver's answer to the write that made this
-// process leader, the token of the current leadership Term.
+// process leader, the token of the current leadership Term. It never
+// creates the Lease: declare the DistributedLock, and frontdesk's
+// controller creates the Lease from the lock's token floor.
 //
 //	lk, err := leaderelection.NewForConfig(restConfig, leaderelection.Config{
 //		Namespace: "my-operator-system", Name: "my-operator-lock", // --leader-election-id
@@ -18,6 +20,7 @@
 //	})
 //	...
 //	term := lk.Term()          // nil when this process does not lead
+//	if err := term.Err(); err != nil { ... } // right before each write
 //	write(term.Context(), term.Token())
 //
 // See docs/leader-election.md for the whole recipe.
@@ -54,6 +57,9 @@ var (
 	// ErrReleased is the cause of a Term's Context when client-go released
 	// the Lease (ReleaseOnCancel).
 	ErrReleased = errors.New("leadership released")
+	// ErrNoLease is what Create returns: the election Lease does not exist,
+	// and a Lock never creates it (frontdesk's controller does).
+	ErrNoLease = errors.New("election Lease does not exist")
 )
 
 // stoppedLeading is what client-go's LeaderElector records on its lock when
@@ -80,9 +86,9 @@ type Config struct {
 	// Labels, optional, are set on the Lease by whoever becomes leader (as
 	// resourcelock.NewWithLabels does).
 	Labels map[string]string
-	// SafetyMargin is how much earlier than the lease duration, counted from
-	// the start of the last successful write, a Term's Context ends.
-	// Default: 2% of the lease duration plus 100ms, as in pkg/lock.
+	// SafetyMargin is how much earlier than the lease duration a Term's
+	// window ends (see Term for where it is counted from). Default: 2% of
+	// the lease duration plus 100ms, as in pkg/lock.
 	SafetyMargin time.Duration
 	// RenewDeadline is the elector's RenewDeadline. NewForConfig bounds each
 	// request by half of it, at least 1s, as client-go's
@@ -96,9 +102,10 @@ type Config struct {
 // Lock is a resourcelock.Interface over a coordination.k8s.io/v1 Lease that
 // knows the fencing token of this process's leadership. Pass it to
 // client-go's LeaderElectionConfig.Lock or to controller-runtime's
-// Options.LeaderElectionResourceLockInterface. It delegates every call to
-// client-go's resourcelock.LeaseLock and only watches the answers; it
-// refuses two writes (see Create and Update).
+// Options.LeaderElectionResourceLockInterface (one Lock per elector). It
+// delegates reads and updates to client-go's resourcelock.LeaseLock and
+// watches the answers; it never creates the Lease and refuses to renew one
+// that is being deleted (see Create and Update).
 type Lock struct {
 	inner *resourcelock.LeaseLock
 	cfg   Config
@@ -107,6 +114,9 @@ type Lock struct {
 	// calls serializes Get, Create and Update, so each answer is matched to
 	// its call (client-go makes them one at a time anyway).
 	calls sync.Mutex
+	// sent is when the latest second of renewTime this Lock wrote was first
+	// sent (see firstSent). Guarded by calls.
+	sent firstSent
 
 	mu sync.Mutex
 	// term is the live Term, or nil.
@@ -160,13 +170,17 @@ func New(leases coordinationclient.LeasesGetter, cfg Config) (*Lock, error) {
 }
 
 // Term is the current leadership Term: nil while this process does not
-// lead. Token and Context of one Term belong together; a process that leads
-// again (client-go's Run called anew, a renewal that lands after the
-// previous Term's window ran out, a token raised under the holder) gets a
-// new Term.
+// lead, including once the local clock has reached the Term's ValidUntil
+// (checked here, not left to a timer). Token and Context of one Term belong
+// together; a process that leads again (client-go's Run called anew, a
+// renewal that lands after the previous Term's window ran out, a token
+// raised under the holder) gets a new Term.
 func (l *Lock) Term() *Term {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if t := l.term; t != nil {
+		l.checkWindowLocked(t)
+	}
 	return l.term
 }
 
@@ -194,6 +208,9 @@ func (l *Lock) Context() context.Context {
 func (l *Lock) WaitForTerm(ctx context.Context) (*Term, error) {
 	for {
 		l.mu.Lock()
+		if l.term != nil {
+			l.checkWindowLocked(l.term)
+		}
 		t, started := l.term, l.started
 		l.mu.Unlock()
 		if t != nil {
@@ -237,36 +254,34 @@ func (l *Lock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []b
 	return rec, raw, err
 }
 
-// Create creates the Lease with client-go's record. It refuses to create a
-// Lease this Lock has seen before: that Lease was deleted, and client-go
-// would start its tokens over from 0; frontdesk's controller recreates it
-// from the lock's token floor.
-func (l *Lock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
-	l.calls.Lock()
-	defer l.calls.Unlock()
+// Create never creates the Lease: it returns an error wrapping ErrNoLease,
+// and client-go's elector logs it and reads again after its RetryPeriod, so
+// the process waits until the Lease exists. Only frontdesk's controller
+// creates a lock's Lease, from the lock's token floor and with its
+// finalizer; a Lease created here would start the fencing tokens over at 0,
+// below the token the lock has recorded, and a process cannot tell whether
+// a lock backs the Lease or just deleted it (a restarted process that reads
+// between the finalizer's release and the recreation sees no Lease at all).
+func (l *Lock) Create(context.Context, resourcelock.LeaderElectionRecord) error {
 	l.mu.Lock()
 	seen := l.last
 	l.mu.Unlock()
 	if seen != nil {
-		return fmt.Errorf("not creating Lease %s: it existed (fencing token %d) and was deleted; a new one would start the "+
-			"fencing tokens over, frontdesk's controller recreates it from the lock's token floor", l.desc, leaseToken(seen))
+		return fmt.Errorf("%w: Lease %s existed (fencing token %d) and was deleted; waiting for frontdesk's controller to "+
+			"recreate it from the lock's token floor (a Lock never creates it)", ErrNoLease, l.desc, leaseToken(seen))
 	}
-	start := l.cfg.Clock.Now()
-	l.beginCall()
-	err := l.inner.Create(ctx, ler)
-	answer := l.endCall()
-	if err != nil {
-		return err
-	}
-	l.wrote(&ler, answer, start)
-	return nil
+	return fmt.Errorf("%w: waiting for Lease %s; a Lock never creates it: declare a DistributedLock over it "+
+		"(spec.leaseName %q in namespace %s) and frontdesk's controller creates it", ErrNoLease, l.desc, l.cfg.Name, l.cfg.Namespace)
 }
 
 // Update writes client-go's record. A record that does not name this
 // process (client-go releasing the Lease) ends the live Term before it is
 // sent. A renewal of a Lease that is being deleted is refused, so that
 // frontdesk's controller sees the holder lapse, records its last token and
-// recreates the Lease.
+// recreates the Lease. A record naming this process counts from the moment
+// it is sent, answered or not, toward the window of the next answered
+// write with the same renewTime second (firstSent); one whose second is
+// older than one already sent ends the live Term before it is sent.
 func (l *Lock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	l.calls.Lock()
 	defer l.calls.Unlock()
@@ -279,16 +294,23 @@ func (l *Lock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord
 	if last != nil && last.DeletionTimestamp != nil && ler.HolderIdentity != "" {
 		return fmt.Errorf("not writing Lease %s: it is being deleted (frontdesk's controller recreates it from the lock's token floor)", l.desc)
 	}
-	start := l.cfg.Clock.Now()
+	if ler.HolderIdentity == l.cfg.Identity && !l.sent.send(renewSecond(&ler), l.cfg.Clock.Now()) {
+		// The record may look like one sent long ago (see firstSent): once
+		// stored, others may take over at once.
+		l.endTerm(fmt.Errorf("%w: renewing Lease %s with renewTime %s, older than a renewal already sent (the wall clock "+
+			"stepped back): others may take it for an earlier record", ErrLost, l.desc, ler.RenewTime.UTC().Format(time.RFC3339)))
+	}
 	l.beginCall()
 	err := l.inner.Update(ctx, ler)
 	answer := l.endCall()
 	if err != nil {
 		// Not an end by itself: client-go retries until its RenewDeadline,
 		// and the Term's window still bounds how long it counts as held.
+		// The write may have been stored all the same: its sending already
+		// counts (l.sent).
 		return err
 	}
-	l.wrote(&ler, answer, start)
+	l.wrote(&ler, answer)
 	return nil
 }
 
@@ -306,16 +328,22 @@ func (l *Lock) Identity() string { return l.inner.Identity() }
 // Describe is namespace/name of the Lease.
 func (l *Lock) Describe() string { return l.inner.Describe() }
 
-// wrote judges a successful write that started at start: a record naming
-// this process extends the live Term, or begins one when there is none or
-// its token differs; any other record ends it.
-func (l *Lock) wrote(ler *resourcelock.LeaderElectionRecord, answer *coordinationv1.Lease, start time.Time) {
+// wrote judges a successful write of ler: a record naming this process
+// extends the live Term, or begins one when there is none or its token
+// differs; any other record ends it. The window is counted from the first
+// sending of a record others may take for this one (firstSent), not from
+// this write's start: a resent or same-second record restarts nobody's wait.
+func (l *Lock) wrote(ler *resourcelock.LeaderElectionRecord, answer *coordinationv1.Lease) {
 	holder, token, duration := recordOf(ler, answer)
 	if holder != l.cfg.Identity {
 		l.endTerm(fmt.Errorf("%w: this process released Lease %s", ErrReleased, l.desc))
 		return
 	}
-	validUntil := start.Add(duration - l.safetyMargin(duration))
+	since, ok := l.sent.since(renewSecond(ler))
+	if !ok {
+		return // its window cannot be counted; Update ended the Term
+	}
+	validUntil := since.Add(duration - l.safetyMargin(duration))
 	now := l.cfg.Clock.Now()
 
 	l.mu.Lock()
@@ -338,7 +366,8 @@ func (l *Lock) wrote(ler *resourcelock.LeaderElectionRecord, answer *coordinatio
 	l.started = make(chan struct{})
 }
 
-// safetyMargin is Config.SafetyMargin, or 2% of duration plus 100ms.
+// safetyMargin is Config.SafetyMargin, or 2% of duration plus 100ms: it
+// covers clock-rate drift between machines and scheduling delay.
 func (l *Lock) safetyMargin(duration time.Duration) time.Duration {
 	if l.cfg.SafetyMargin > 0 {
 		return l.cfg.SafetyMargin
@@ -375,8 +404,21 @@ func (l *Lock) expire(t *Term, gen int) {
 	if t.generation != gen {
 		return
 	}
-	l.endTermLocked(t, fmt.Errorf("%w: Lease %s not renewed within its lease duration (minus a safety margin) since the start of the last successful write",
-		ErrLost, l.desc))
+	l.endTermLocked(t, l.expired())
+}
+
+// checkWindowLocked ends t if the local clock has reached its ValidUntil,
+// whether or not its timer has fired yet.
+func (l *Lock) checkWindowLocked(t *Term) {
+	if t.ctx.Err() == nil && !l.cfg.Clock.Now().Before(t.validUntil) {
+		l.endTermLocked(t, l.expired())
+	}
+}
+
+// expired is the cause of a Term whose window ran out.
+func (l *Lock) expired() error {
+	return fmt.Errorf("%w: Lease %s not renewed in time: its window (the lease duration minus a safety margin, "+
+		"from the first sending of the record last written) ran out", ErrLost, l.desc)
 }
 
 func (l *Lock) endTerm(cause error) {

@@ -23,8 +23,9 @@ const ns = "ops"
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
-// fixture is a Lock on a fake clientset with a fake clock. The lease
-// duration is 2s, so the default safety margin is 140ms.
+// fixture is a Lock on a fake clientset with a fake clock, and the Lease
+// as frontdesk's controller creates it (free, token 0). The lease duration
+// is 2s, so the default safety margin is 140ms.
 type fixture struct {
 	t     *testing.T
 	cs    *fake.Clientset
@@ -34,12 +35,30 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{t: t, cs: fake.NewClientset(), clock: testingclock.NewFakeClock(t0)}
+	return newFixtureWithClock(t, nil)
+}
+
+// newFixtureWithClock builds the fixture's Lock on clk, or on the fake
+// clock itself when clk is nil.
+func newFixtureWithClock(t *testing.T, clk func(*testingclock.FakeClock) clock.WithDelayedExecution) *fixture {
+	t.Helper()
+	f := &fixture{t: t, cs: fake.NewClientset(freeLease()), clock: testingclock.NewFakeClock(t0)}
+	var c clock.WithDelayedExecution = f.clock
+	if clk != nil {
+		c = clk(f.clock)
+	}
 	var err error
-	if f.lock, err = New(f.cs.CoordinationV1(), Config{Namespace: ns, Name: "op", Identity: "me", Clock: f.clock}); err != nil {
+	if f.lock, err = New(f.cs.CoordinationV1(), Config{Namespace: ns, Name: "op", Identity: "me", Clock: c}); err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// freeLease is the Lease as frontdesk's controller creates it for a lock:
+// nobody holds it, token 0.
+func freeLease() *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "op"},
+		Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](2), LeaseTransitions: ptr.To[int32](0)}}
 }
 
 // record is what client-go writes when holder leads with token.
@@ -49,15 +68,16 @@ func (f *fixture) record(holder string, token int) resourcelock.LeaderElectionRe
 		AcquireTime: now, RenewTime: now, LeaderTransitions: token}
 }
 
-// lead creates the Lease as client-go's first leader does.
+// lead takes the free Lease over as client-go's first leader does (read,
+// then write the next token, 1).
 func (f *fixture) lead() *Term {
 	f.t.Helper()
-	if err := f.lock.Create(context.Background(), f.record("me", 0)); err != nil {
+	if err := f.renew(1); err != nil {
 		f.t.Fatal(err)
 	}
 	term := f.lock.Term()
 	if term == nil {
-		f.t.Fatal("no Term after a successful Create")
+		f.t.Fatal("no Term after a successful takeover")
 	}
 	return term
 }
@@ -123,8 +143,8 @@ func TestTokenIsWhatTheApiserverStored(t *testing.T) {
 	f := newFixture(t)
 	// The apiserver answers with the stored object; say a mutating webhook
 	// raised the token on the way in.
-	f.cs.PrependReactor("create", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		l := a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+	f.cs.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		l := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
 		l.Spec.LeaseTransitions = ptr.To[int32](7)
 		return true, l, nil
 	})
@@ -141,7 +161,7 @@ func TestTermEndsAtTheSafeWindowCountedFromTheStartOfTheWrite(t *testing.T) {
 	f := newFixture(t)
 	f.stepDuringWrites(400 * time.Millisecond) // each answer takes 400ms
 	term := f.lead()
-	// 2s lease - 140ms margin, from t0 (when the create was sent), not from
+	// 2s lease - 140ms margin, from t0 (when the write was sent), not from
 	// t0+400ms (when it was answered).
 	if want := t0.Add(1860 * time.Millisecond); !term.ValidUntil().Equal(want) {
 		t.Fatalf("ValidUntil = %s, want %s", term.ValidUntil(), want)
@@ -162,7 +182,7 @@ func TestRenewalsMoveTheWindow(t *testing.T) {
 	f := newFixture(t)
 	term := f.lead()
 	f.clock.SetTime(t0.Add(time.Second))
-	if err := f.renew(0); err != nil {
+	if err := f.renew(1); err != nil {
 		t.Fatal(err)
 	}
 	if f.lock.Term() != term {
@@ -181,7 +201,7 @@ func TestFailedRenewalsDoNotEndTheTermBeforeItsWindow(t *testing.T) {
 		return true, nil, errors.New("connection reset")
 	})
 	f.clock.SetTime(t0.Add(time.Second))
-	if err := f.renew(0); err == nil {
+	if err := f.renew(1); err == nil {
 		t.Fatal("the renewal was meant to fail")
 	}
 	live(t, term.Context(), "after one failed renewal")
@@ -192,7 +212,7 @@ func TestFailedRenewalsDoNotEndTheTermBeforeItsWindow(t *testing.T) {
 func TestAnAnswerTooLateBeginsNoTerm(t *testing.T) {
 	f := newFixture(t)
 	f.stepDuringWrites(1900 * time.Millisecond)
-	if err := f.lock.Create(context.Background(), f.record("me", 0)); err != nil {
+	if err := f.renew(1); err != nil {
 		t.Fatal(err)
 	}
 	if f.lock.Term() != nil {
@@ -214,7 +234,7 @@ func TestAnotherHolderOrTokenOnTheLeaseEndsTheTerm(t *testing.T) {
 	if _, _, err := f.lock.Get(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if cause := ended(t, term.Context()); !errors.Is(cause, ErrLost) || !strings.Contains(cause.Error(), "fencing token 5, not 0") {
+	if cause := ended(t, term.Context()); !errors.Is(cause, ErrLost) || !strings.Contains(cause.Error(), "fencing token 5, not 1") {
 		t.Fatalf("cause = %v", cause)
 	}
 	// client-go renews with the token it read: a new Term, token 5.
@@ -279,7 +299,7 @@ func TestADeletedLeaseIsNeitherRenewedNorCreatedAgain(t *testing.T) {
 		l.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
 		l.Finalizers = []string{"locks.frontdesk.dev/fencing-token"}
 	})
-	err := f.renew(0)
+	err := f.renew(1)
 	if cause := context.Cause(term.Context()); !errors.Is(cause, ErrLost) || !strings.Contains(cause.Error(), "being deleted") {
 		t.Fatalf("cause = %v", cause)
 	}
@@ -297,7 +317,7 @@ func TestADeletedLeaseIsNeitherRenewedNorCreatedAgain(t *testing.T) {
 		t.Fatal("Get found a deleted Lease")
 	}
 	err = f.lock.Create(context.Background(), f.record("me", 0))
-	if err == nil || !strings.Contains(err.Error(), "start the fencing tokens over") {
+	if !errors.Is(err, ErrNoLease) || !strings.Contains(err.Error(), "existed (fencing token 1) and was deleted") {
 		t.Fatalf("creating a Lease that existed before: %v", err)
 	}
 	if _, err := f.cs.CoordinationV1().Leases(ns).Get(context.Background(), "op", metav1.GetOptions{}); err == nil {
@@ -309,7 +329,7 @@ func TestADeletedLeaseIsNeitherRenewedNorCreatedAgain(t *testing.T) {
 // OnStartedLeading with the stored token and ends with a release. The next
 // leader's token is one higher.
 func TestWithClientGoLeaderElector(t *testing.T) {
-	cs := fake.NewClientset()
+	cs := fake.NewClientset(freeLease())
 	run := func(identity string) (token int64, cause error) {
 		t.Helper()
 		lk, err := New(cs.CoordinationV1(), Config{Namespace: ns, Name: "op", Identity: identity, Clock: clock.RealClock{}})
@@ -350,7 +370,7 @@ func TestWithClientGoLeaderElector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first != 0 || second != 1 || int64(*stored.Spec.LeaseTransitions) != second {
-		t.Fatalf("tokens %d then %d, Lease at %d; want 0, 1, 1", first, second, *stored.Spec.LeaseTransitions)
+	if first != 1 || second != 2 || int64(*stored.Spec.LeaseTransitions) != second {
+		t.Fatalf("tokens %d then %d, Lease at %d; want 1, 2, 2", first, second, *stored.Spec.LeaseTransitions)
 	}
 }

@@ -43,7 +43,8 @@ func tokenIn(t *testing.T, line, prefix string) int64 {
 
 // Two real controller-runtime managers, in processes of their own, elect a
 // leader through pkg/leaderelection on a Lease that a DistributedLock
-// adopted while the first one held it (an operator that already ran). Each
+// adopted while the first one held it (an operator that already ran: its
+// earlier version, on client-go's own LeaseLock, created the Lease). Each
 // leader writes a fenced ConfigMap with its token. The leader is frozen
 // with SIGSTOP past its lease; the other takes over with a higher token,
 // which the lock's status and the Lease confirm; thawed, the old leader's
@@ -55,8 +56,10 @@ func TestLeaderElectionFencesAFrozenControllerRuntimeLeader(t *testing.T) {
 	g := NewWithT(t)
 	const lease, cmName = "payments-operator", "ledger"
 
-	// The operator runs before anyone declares a lock: its first leader
-	// creates the election Lease (client-go starts it at token 0).
+	// The operator ran before anyone declared a lock: its earlier version
+	// created the election Lease (client-go starts it at token 0) and
+	// released it on upgrade. pkg/leaderelection never creates it.
+	electWithLeaseLockAndRelease(t, ns, lease, "op-v1")
 	a := startLeaderWorker(t, ns, lease, "op-a", cmName)
 	tokenA := tokenIn(t, a.waitFor(t, "leading token ", 20*time.Second), "leading token ")
 	created := getLease(g, ns, lease)
@@ -151,6 +154,34 @@ func TestLeaderElectionFencesAFrozenControllerRuntimeLeader(t *testing.T) {
 		takeover.Round(time.Millisecond), workerLeaseDuration, workerRenewDeadline, workerRetryPeriod, tokenA, tokenB,
 		termEnded.Sub(thawedAt).Round(time.Millisecond), managerStopped.Sub(thawedAt).Round(time.Millisecond),
 		len(refused), exited.Round(time.Millisecond))
+}
+
+// electWithLeaseLockAndRelease leads once with client-go's own LeaseLock,
+// which creates the Lease when there is none, and releases it.
+func electWithLeaseLockAndRelease(t *testing.T, ns, lease, identity string) {
+	t.Helper()
+	lk := &resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Namespace: ns, Name: lease},
+		Client: clientset.CoordinationV1(), LockConfig: resourcelock.ResourceLockConfig{Identity: identity}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	le, err := clientgole.NewLeaderElector(clientgole.LeaderElectionConfig{
+		Lock: lk, LeaseDuration: workerLeaseDuration, RenewDeadline: workerRenewDeadline, RetryPeriod: workerRetryPeriod,
+		ReleaseOnCancel: true,
+		Callbacks:       clientgole.LeaderCallbacks{OnStartedLeading: func(context.Context) { cancel() }, OnStoppedLeading: func() {}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { le.Run(ctx); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the earlier version did not lead and release")
+	}
+	if l := getLease(NewWithT(t), ns, lease); ptr.Deref(l.Spec.HolderIdentity, "x") != "" {
+		t.Fatalf("the earlier version did not release the Lease: holder %q", ptr.Deref(l.Spec.HolderIdentity, ""))
+	}
 }
 
 // ledgerWrite is one stored version of the fenced ConfigMap.

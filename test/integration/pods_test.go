@@ -2,14 +2,21 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
@@ -325,5 +332,135 @@ func TestOnlyParticipantPodsAreCandidates(t *testing.T) {
 		lk := getLock(g, ns, "leader")
 		g.Expect(lk.Status.HolderPod).To(Equal("b-member"))
 		expectMarked(g, ns, "leader", "b-member", lk.Status.FencingToken, "a-outsider", "b-member")
+	})
+}
+
+// tappedLeaseWrites are the successful Lease updates of the named Lease that went
+// through tap, decoded, with the requests that carried them.
+func tappedLeaseWrites(t *testing.T, tap *testutil.Tap, ns, name string) ([]coordinationv1.Lease, []testutil.Request) {
+	t.Helper()
+	var leases []coordinationv1.Lease
+	var reqs []testutil.Request
+	for _, r := range tap.Requests() {
+		if r.Method != http.MethodPut || r.Path != "/apis/coordination.k8s.io/v1/namespaces/"+ns+"/leases/"+name || r.Status != http.StatusOK {
+			continue
+		}
+		var l coordinationv1.Lease
+		if err := json.Unmarshal(r.Body, &l); err != nil {
+			t.Fatalf("a Lease write the test cannot read (%v): %.200s", err, r.Body)
+		}
+		leases, reqs = append(leases, l), append(reqs, r)
+	}
+	return leases, reqs
+}
+
+// The hand-off delay counts from the revocation's write, not from the start
+// of the pass that made it. Here the apiserver is slow to take the removal
+// of the old pod's marks (held back 1.5s), which the revocation waits for;
+// the next pod is still granted only a full delay (2s) after the
+// revocation was answered. Before, the delay counted from the start of the
+// pass, and the next grant came 1.5s early.
+func TestCandidatesHandOffDelayCountsFromTheRevocationWrite(t *testing.T) {
+	tap := testutil.NewTap()
+	withManagerThrough(t, tap)
+	ns := newNamespace(t)
+	g := NewWithT(t)
+	web := map[string]string{"app": "web"}
+	c0 := createPod(t, ns, "c-0", web, true)
+	c1 := createPod(t, ns, "c-1", web, true)
+	const delay, slow = 2 * time.Second, 1500 * time.Millisecond
+	createReadyLock(t, testutil.MakeLock("leader", ns).LeaseDuration(2).Candidates(web).Obj())
+	eventually(t, 5*time.Second, func(g Gomega) { g.Expect(getLock(g, ns, "leader").Status.HolderPod).To(Equal("c-0")) })
+
+	var held atomic.Bool
+	tap.Decide(func(r *testutil.Request) testutil.Action {
+		unmark := r.Method == http.MethodPatch && r.Path == "/api/v1/namespaces/"+ns+"/pods/c-0" && r.BodyContains("null")
+		if unmark && held.CompareAndSwap(false, true) {
+			return testutil.Action{Delay: slow}
+		}
+		return testutil.Action{}
+	})
+	setReady(t, c0, false)
+	next := locksv1alpha1.PodIdentity(c1.Name, string(c1.UID), "")
+	eventually(t, 10*time.Second, func(g Gomega) {
+		lk := getLock(g, ns, "leader")
+		g.Expect(lk.Status.Holder).To(Equal(next))
+		g.Expect(lk.Status.FencingToken).To(BeEquivalentTo(2))
+	})
+	g.Expect(held.Load()).To(BeTrue(), "the removal of c-0's marks was never held back")
+
+	leases, reqs := tappedLeaseWrites(t, tap, ns, "leader")
+	revoked := slices.IndexFunc(leases, func(l coordinationv1.Lease) bool {
+		return l.Annotations[locksv1alpha1.RevokedAnnotation] != ""
+	})
+	granted := slices.IndexFunc(leases, func(l coordinationv1.Lease) bool { return ptr.Deref(l.Spec.HolderIdentity, "") == next })
+	g.Expect(revoked).To(BeNumerically(">=", 0), "no revocation went through the tap")
+	g.Expect(granted).To(BeNumerically(">", revoked), "no grant to c-1 after the revocation")
+	// The revocation was stored before its answer came; the grant after it
+	// was sent: this gap is at most the one between the two writes.
+	gap := reqs[granted].Sent.Sub(reqs[revoked].Answered)
+	g.Expect(gap).To(BeNumerically(">=", delay), "c-1 was granted %s after the revocation was answered", gap)
+	unmarked := slices.IndexFunc(podPatches(tap, ns, "c-0"), func(r testutil.Request) bool { return r.BodyContains("null") })
+	t.Logf("revocation answered %s after the removal of the marks was sent; grant sent %s after the revocation was answered",
+		reqs[revoked].Answered.Sub(podPatches(tap, ns, "c-0")[unmarked].Sent).Round(time.Millisecond), gap.Round(time.Millisecond))
+}
+
+// A pod replaced by one of the same name (as a StatefulSet replaces it)
+// while the controller's cache still shows the old one is not marked in its
+// place: the marks' patch carries the UID the controller checked, and the
+// apiserver refuses it. Before, the patch went by name alone, and the new
+// pod got the holder label and a token that is not its own.
+func TestMarksDoNotLandOnAReplacementPodOfTheSameName(t *testing.T) {
+	tap := testutil.NewTap()
+	podWatch := testutil.NewGate()
+	tap.Decide(func(r *testutil.Request) testutil.Action {
+		if r.Method == http.MethodGet && strings.HasSuffix(r.Path, "/pods") && strings.Contains(r.Query, "watch=true") {
+			return testutil.Action{Gate: podWatch}
+		}
+		return testutil.Action{}
+	})
+	withManagerThrough(t, tap)
+	t.Cleanup(podWatch.Open)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	g := NewWithT(t)
+	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
+	old := createPodWith(t, ns, "app-0", nil, mayHold("billing"), true)
+
+	// Marked while it holds: the manager's cache has the pod.
+	first, err := newLockClient(t, ns, "billing", podIdentity(old, "a")).Acquire(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	eventually(t, 5*time.Second, func(g Gomega) { expectMarked(g, ns, "billing", "app-0", first.Token(), "app-0") })
+	g.Expect(first.Release(ctx)).To(Succeed())
+	eventually(t, 5*time.Second, func(g Gomega) { expectMarked(g, ns, "billing", "", 0, "app-0") })
+
+	// The cache falls behind; the pod is replaced under the same name.
+	podWatch.Shut()
+	g.Expect(k8sClient.Delete(ctx, old)).To(Succeed())
+	replacement := createPodWith(t, ns, "app-0", nil, mayHold("billing"), true)
+	g.Expect(replacement.UID).NotTo(Equal(old.UID))
+	patchesBefore := len(podPatches(tap, ns, "app-0"))
+
+	// The old pod's identity holds the lock again: the controller, reading
+	// the old pod from its cache, marks "app-0".
+	second, err := newLockClient(t, ns, "billing", podIdentity(old, "b"), func(c *lock.Config) { c.RenewInterval = time.Hour }).Acquire(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	eventually(t, 5*time.Second, func(g Gomega) {
+		g.Expect(len(podPatches(tap, ns, "app-0"))).To(BeNumerically(">", patchesBefore), "the controller never tried to mark app-0")
+	})
+	g.Consistently(func(g Gomega) {
+		expectMarked(g, ns, "billing", "", 0, "app-0")
+	}).WithTimeout(time.Second).WithPolling(50*time.Millisecond).Should(Succeed(),
+		"the replacement pod carries the marks of grant %d, held by its predecessor's identity", second.Token())
+	for _, p := range podPatches(tap, ns, "app-0")[patchesBefore:] {
+		g.Expect(p.Status).NotTo(Equal(http.StatusOK), "a mark patch was accepted: %s", p.Body)
+	}
+	podWatch.Open()
+}
+
+// podPatches are the patches of the named pod that went through tap.
+func podPatches(tap *testutil.Tap, ns, name string) []testutil.Request {
+	return slices.DeleteFunc(tap.Requests(), func(r testutil.Request) bool {
+		return r.Method != http.MethodPatch || r.Path != "/api/v1/namespaces/"+ns+"/pods/"+name
 	})
 }

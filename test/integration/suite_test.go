@@ -22,6 +22,7 @@ import (
 
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 	"github.com/frontdesk-dev/frontdesk/internal/manager"
+	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 var (
@@ -111,14 +112,18 @@ var running struct {
 }
 
 // startManager starts the real frontdesk manager in this process.
-func startManager() error {
+func startManager() error { return startManagerWith(cfg) }
+
+// startManagerWith starts the real frontdesk manager with rc as its client
+// config.
+func startManagerWith(rc *rest.Config) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	opts := manager.DefaultOptions()
 	opts.MetricsBindAddress = metricsAddr
 	opts.SecureMetrics = false
 	opts.HealthProbeBindAddress = "0"
 	opts.AllowSeveralInProcess = true // restarted by tests that need it down
-	mgr, err := manager.New(ctx, cfg, opts)
+	mgr, err := manager.New(ctx, rc, opts)
 	if err != nil {
 		cancel()
 		return err
@@ -151,6 +156,24 @@ func withManagerStopped(t *testing.T) {
 			t.Fatalf("restarting the manager: %v", err)
 		}
 	})
+}
+
+// withManagerThrough runs, for the rest of the test, a fresh manager whose
+// requests go through tap, and the usual one again when the test ends.
+func withManagerThrough(t *testing.T, tap *testutil.Tap) {
+	t.Helper()
+	withManagerStopped(t)
+	rc := restConfig()
+	rc.ContentType = "application/json" // so the test can read what it wrote
+	rc.WrapTransport = tap.Wrap
+	if err := startManagerWith(rc); err != nil {
+		t.Fatalf("starting a manager through a tap: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := stopRunningManager(); err != nil {
+			t.Errorf("stopping the tapped manager: %v", err)
+		}
+	}) // runs before withManagerStopped's cleanup starts the usual one
 }
 
 // freeLocalAddress returns a loopback address with a port free right now.
