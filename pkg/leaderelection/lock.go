@@ -42,6 +42,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
 
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 )
 
@@ -268,7 +269,7 @@ func (l *Lock) Create(context.Context, resourcelock.LeaderElectionRecord) error 
 	l.mu.Unlock()
 	if seen != nil {
 		return fmt.Errorf("%w: Lease %s existed (fencing token %d) and was deleted; waiting for frontdesk's controller to "+
-			"recreate it from the lock's token floor (a Lock never creates it)", ErrNoLease, l.desc, leaseToken(seen))
+			"recreate it from the lock's token floor (a Lock never creates it)", ErrNoLease, l.desc, lease.Token(seen))
 	}
 	return fmt.Errorf("%w: waiting for Lease %s; a Lock never creates it: declare a DistributedLock over it "+
 		"(spec.leaseName %q in namespace %s) and frontdesk's controller creates it", ErrNoLease, l.desc, l.cfg.Name, l.cfg.Namespace)
@@ -348,6 +349,11 @@ func (l *Lock) wrote(ler *resourcelock.LeaderElectionRecord, answer *coordinatio
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if t := l.term; t != nil {
+		// A Term whose window ran out ends here, whether or not its timer's
+		// goroutine has run yet: this write may begin a new one.
+		l.checkWindowLocked(t)
+	}
 	if t := l.term; t != nil {
 		if t.token == token {
 			l.extendLocked(t, validUntil, now)
@@ -467,20 +473,6 @@ func recordOf(ler *resourcelock.LeaderElectionRecord, answer *coordinationv1.Lea
 	if answer == nil {
 		return ler.HolderIdentity, int64(ler.LeaderTransitions), time.Duration(ler.LeaseDurationSeconds) * time.Second
 	}
-	var holder string
-	var seconds int32
-	if answer.Spec.HolderIdentity != nil {
-		holder = *answer.Spec.HolderIdentity
-	}
-	if answer.Spec.LeaseDurationSeconds != nil {
-		seconds = *answer.Spec.LeaseDurationSeconds
-	}
-	return holder, leaseToken(answer), time.Duration(seconds) * time.Second
-}
-
-func leaseToken(l *coordinationv1.Lease) int64 {
-	if l.Spec.LeaseTransitions == nil {
-		return 0
-	}
-	return int64(*l.Spec.LeaseTransitions)
+	rec := lease.RecordOf(answer)
+	return rec.Holder, rec.Token, rec.Duration(0)
 }
