@@ -33,13 +33,14 @@ func main() {
 		os.Exit(bench.HolderMain(os.Args[2:]))
 	}
 	opts := bench.Options{}
-	var waiters string
+	var waiters, crowds string
 	flag.StringVar(&opts.AssetsDir, "assets", "", "Directory with kube-apiserver, etcd and kubectl (default: $KUBEBUILDER_ASSETS, else bin/k8s).")
 	flag.IntVar(&opts.Iterations, "iterations", 500, "Samples of each uncontended operation.")
 	flag.IntVar(&opts.Handoffs, "handoffs", 200, "Handoffs measured per waiter count.")
 	flag.IntVar(&opts.HandoffRounds, "handoff-rounds", 4, "Turns each waiter count gets: the handoffs are measured in that many blocks, alternating between the waiter counts.")
 	flag.BoolVar(&opts.LeaseGuard, "lease-guard", true, "Install config/lease-policy (as config/default does) so that every Lease write measured passes through it.")
 	flag.StringVar(&waiters, "waiters", "1,10,50,200", "Comma-separated waiter counts for the handoff and writes measurements.")
+	flag.StringVar(&crowds, "crowds", "20,50,200", "Comma-separated sizes of crowds arriving at once whose writes per grant are counted.")
 	var duration int
 	flag.IntVar(&duration, "lease-duration", 15, "Lease duration of the locks, in seconds.")
 	var costSizes string
@@ -63,6 +64,7 @@ func main() {
 	}
 	opts.LeaseDurationSeconds = int32(duration)
 	opts.Waiters = positiveInts("waiters", waiters)
+	opts.Crowds = positiveInts("crowds", crowds)
 	if costSizes != "" {
 		cost.AssetsDir = opts.AssetsDir
 		cost.Sizes = positiveInts("cost", costSizes)

@@ -39,6 +39,9 @@ type Options struct {
 	Handoffs int
 	// Waiters are the waiter counts for the handoff measurement.
 	Waiters []int
+	// Crowds are the sizes of the crowds whose writes per grant are
+	// counted, every client of a crowd arriving at the same moment.
+	Crowds []int
 	// HandoffRounds is how many turns each waiter count gets in the
 	// handoff measurement (see rotation): Handoffs are measured in that
 	// many blocks, alternating between the waiter counts (0 counts as 1).
@@ -83,6 +86,11 @@ func (opts Options) validate() error {
 			return fmt.Errorf("waiter counts %v: each must be at least 1 and appear once (each has a lock of its own)", opts.Waiters)
 		}
 	}
+	for i, n := range opts.Crowds {
+		if n < 1 || slices.Contains(opts.Crowds[:i], n) {
+			return fmt.Errorf("crowd sizes %v: each must be at least 1 and appear once (each has a lock of its own)", opts.Crowds)
+		}
+	}
 	return nil
 }
 
@@ -111,6 +119,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, []WritesRow, 
 	names := []string{"raw", "library", "writes-renew"}
 	for _, w := range opts.Waiters {
 		names = append(names, fmt.Sprintf("handoff-%d", w), fmt.Sprintf("writes-%d", w))
+	}
+	for _, n := range opts.Crowds {
+		names = append(names, fmt.Sprintf("crowd-%d", n))
 	}
 	if opts.LeaseGuard {
 		names = append(names, leaseGuardProbe)
@@ -199,6 +210,14 @@ func measureWrites(ctx context.Context, cs kubernetes.Interface, env *localrun.E
 		row, err := measureGrantWrites(ctx, cs, func(id string) (*lock.Client, error) { return newClient(cs, env, name, id) }, name, w, min(opts.Handoffs, 100))
 		if err != nil {
 			return rows, fmt.Errorf("counting grant writes with %d waiters: %w", w, err)
+		}
+		rows = append(rows, row)
+	}
+	for _, n := range opts.Crowds {
+		name := fmt.Sprintf("crowd-%d", n)
+		row, err := measureCrowdWrites(ctx, cs, func(id string) (*lock.Client, error) { return newClient(cs, env, name, id) }, name, n)
+		if err != nil {
+			return rows, fmt.Errorf("counting the writes of a crowd of %d: %w", n, err)
 		}
 		rows = append(rows, row)
 	}

@@ -141,7 +141,9 @@ func usageSince(before, after snapshot) usage {
 		switch {
 		case resource == "leases" && write && ok:
 			u.leaseWrites += delta
-		case resource == "leases" && write && code == "409":
+		case resource == "leases" && write && (code == "409" || code == "422"):
+			// A 409 is an Update whose resourceVersion moved; a 422 a patch
+			// whose tests failed: both are writes that lost a race.
 			u.conflicts += delta
 		case resource == "distributedlocks" && subresource == "status" && write && ok:
 			u.statusWrites += delta
@@ -298,6 +300,57 @@ func measureGrantWrites(ctx context.Context, cs kubernetes.Interface, newClient 
 // holdForWrites is how long each holder keeps the lock while writes are
 // counted.
 const holdForWrites = 150 * time.Millisecond
+
+// measureCrowdWrites counts what the grants of a crowd cost: n clients
+// start Acquire on lock name at the same moment, and each holds the lock
+// for a moment and releases it. Every Lease write the apiserver took
+// during the whole episode, the lost races (409s, 422s) included, is
+// divided by the n grants.
+func measureCrowdWrites(ctx context.Context, cs kubernetes.Interface, newClient func(identity string) (*lock.Client, error),
+	name string, n int) (WritesRow, error) {
+	crowd := make([]*lock.Client, n)
+	for i := range crowd {
+		var err error
+		if crowd[i], err = newClient(fmt.Sprintf("crowd-%d", i)); err != nil {
+			return WritesRow{}, err
+		}
+	}
+	before, err := takeSnapshot(ctx, cs)
+	if err != nil {
+		return WritesRow{}, err
+	}
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for _, c := range crowd {
+		wg.Go(func() {
+			<-start
+			g, err := c.Acquire(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			time.Sleep(holdInCrowd)
+			errs <- g.Release(context.Background())
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return WritesRow{}, fmt.Errorf("a client of the crowd: %w", err)
+		}
+	}
+	after, err := takeSnapshot(ctx, cs)
+	if err != nil {
+		return WritesRow{}, err
+	}
+	return row(fmt.Sprintf("grants, %d clients arriving at once", n), "grant", n, usageSince(before, after).per(float64(n)), -1), nil
+}
+
+// holdInCrowd is how long each client of a crowd holds the lock.
+const holdInCrowd = 20 * time.Millisecond
 
 // arrivalOrder follows a Lease's queue: when each ticket joined it, and
 // the order in which hand-offs named them.

@@ -229,6 +229,9 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 		case err == nil:
 			return a, waitHint{}, nil
 		case lostRace(err) && p.waiting && cand.verified:
+			// Others are taking the lock at the same moment: a crowd. The
+			// registration that follows is spread out (see register).
+			p.raceLost(c.cfg.Clock.Now(), info.duration)
 			return nil, hint, errContended
 		case lostRace(err):
 			cand = candidate{}

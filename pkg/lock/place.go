@@ -74,8 +74,7 @@ func (c *Client) waitTurn(ctx context.Context, info lockInfo, current *coordinat
 	if position < 0 {
 		registered, at, err := c.register(ctx, current, p)
 		if lostRace(err) {
-			p.raced = true
-			p.registerAt = c.cfg.Clock.Now().Add(registrationSpread(info.duration))
+			p.raceLost(c.cfg.Clock.Now(), info.duration)
 			hint.deadline, hint.unwatched = earliestTime(hint.deadline, p.registerAt), true
 			return hint
 		}
@@ -226,6 +225,18 @@ func latest(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// raceLost records that a write of the caller, not yet registered, lost a
+// race (a crowd is taking or registering at the same moment): its
+// registration is then a merge patch, sent at a random moment of the spread
+// from now on (see registrationSpread).
+func (p *place) raceLost(now time.Time, leaseDuration time.Duration) {
+	if p.raced || p.ticket == "" {
+		return
+	}
+	p.raced = true
+	p.registerAt = now.Add(registrationSpread(leaseDuration))
 }
 
 // maxRegistrationSpread bounds registrationSpread.

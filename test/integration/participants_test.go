@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
@@ -450,4 +453,56 @@ func TestExhaustedTokensContinueInANewEpoch(t *testing.T) {
 		g.Expect(eventReasons(g, ns, "billing")).To(ContainElement("TokenEpochStarted"))
 	})
 	g.Expect(next.Release(context.Background())).To(Succeed())
+}
+
+// Stock client-go leader election keeps working on a lock's Lease under
+// the shipped policies, between electors of two ServiceAccounts whose
+// LeaseDuration is the lock's: a leader that stops renewing (it dies
+// without releasing) is taken over once the controller marks its grant
+// lapsed, with the next token; the new leader's grant is bound to it.
+func TestStockClientGoElectorsOfTwoServiceAccountsTakeTurns(t *testing.T) {
+	ns := guardedLock(t, "billing", 2)
+	a := newParticipant(t, ns, "elector-a", "")
+	b := newParticipant(t, ns, "elector-b", "")
+	g := NewWithT(t)
+	leaders := make(chan string, 8)
+	var wg sync.WaitGroup
+	elect := func(ctx context.Context, p participant) {
+		defer wg.Done()
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: &resourcelock.LeaseLock{
+				LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: "billing"},
+				Client:     p.clientset().CoordinationV1(),
+				LockConfig: resourcelock.ResourceLockConfig{Identity: p.name},
+			},
+			LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 200 * time.Millisecond,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(context.Context) { leaders <- p.name },
+				OnStoppedLeading: func() {},
+			},
+		})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		le.Run(ctx)
+	}
+	ctxA, stopA := context.WithCancel(context.Background())
+	wg.Add(1)
+	go elect(ctxA, a)
+	g.Eventually(leaders).WithTimeout(5 * time.Second).Should(Receive(Equal("elector-a")))
+	first := getLease(g, ns, "billing")
+	g.Expect(first.Annotations[locksv1alpha1.HolderPrincipalAnnotation]).To(Equal(a.principal))
+	ctxB, stopB := context.WithCancel(context.Background())
+	defer stopB()
+	wg.Add(1)
+	go elect(ctxB, b)
+	stopA() // no ReleaseOnCancel: a stops renewing, as if it died
+	g.Eventually(leaders).WithTimeout(10 * time.Second).Should(Receive(Equal("elector-b")))
+	taken := getLease(g, ns, "billing")
+	g.Expect(lease.Token(taken)).To(Equal(lease.Token(first) + 1))
+	g.Expect(taken.Annotations[locksv1alpha1.HolderPrincipalAnnotation]).To(Equal(b.principal))
+	g.Expect(eventReasons(g, ns, "billing")).To(ContainElement("Expired"), "b took over after the controller's lapse mark")
+	stopB()
+	wg.Wait()
 }
