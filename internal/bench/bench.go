@@ -116,7 +116,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, []WritesRow, 
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, nil, fmt.Errorf("creating namespace: %w", err)
 	}
-	names := []string{"raw", "library", "writes-renew"}
+	names := []string{"raw", "library", "library-raw", "writes-renew"}
 	for _, w := range opts.Waiters {
 		names = append(names, fmt.Sprintf("handoff-%d", w), fmt.Sprintf("writes-%d", w))
 	}
@@ -278,14 +278,30 @@ func writeQueue(ctx context.Context, leases coordinationclient.LeaseInterface, l
 	return updated, nil
 }
 
-// measureUncontended times one client acquiring and releasing in a loop.
+// measureUncontended times one client acquiring and releasing in a loop,
+// and, interleaved with them, a raw Lease CAS on another lock's Lease: the
+// floor an acquire is compared with, measured in the same conditions (a
+// request right after another one, on the same machine at the same time).
 func measureUncontended(ctx context.Context, cs kubernetes.Interface, env *localrun.Environment, name string, n int) ([]Row, error) {
 	c, err := newClient(cs, env, name, "bench-solo")
 	if err != nil {
 		return nil, err
 	}
-	acq, rel, both := make([]time.Duration, 0, n), make([]time.Duration, 0, n), make([]time.Duration, 0, n)
+	leases := cs.CoordinationV1().Leases(namespace)
+	raw, err := leases.Get(ctx, name+"-raw", metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading lease %s-raw: %w", name, err)
+	}
+	acq, rel, both, cas := make([]time.Duration, 0, n), make([]time.Duration, 0, n), make([]time.Duration, 0, n), make([]time.Duration, 0, n)
 	for i := range n + n/10 {
+		raw.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		casStart := time.Now()
+		if raw, err = leases.Update(ctx, raw, metav1.UpdateOptions{}); err != nil {
+			return nil, fmt.Errorf("raw CAS update: %w", err)
+		}
+		if i >= n/10 {
+			cas = append(cas, time.Since(casStart))
+		}
 		start := time.Now()
 		g, err := c.TryAcquire(ctx)
 		if err != nil {
@@ -302,6 +318,7 @@ func measureUncontended(ctx context.Context, cs kubernetes.Interface, env *local
 		}
 	}
 	return []Row{
+		sorted(Row{Name: "raw Lease CAS update, interleaved with acquire and release", Samples: cas}),
 		sorted(Row{Name: "frontdesk acquire, uncontended", Samples: acq}),
 		sorted(Row{Name: "frontdesk release", Samples: rel}),
 		sorted(Row{Name: "frontdesk acquire+release", Samples: both}),

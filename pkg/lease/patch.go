@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -57,18 +59,6 @@ func (p *Patch) op(op, path string, value any) {
 // absent).
 func (p *Patch) Test(path string, value any) { p.op("test", path, value) }
 
-// TestVersion makes the patch apply only to the Lease's version
-// resourceVersion: a compare-and-swap on the whole object.
-func (p *Patch) TestVersion(resourceVersion string) {
-	p.ops = append([]patchOp{testOp("/metadata/resourceVersion", resourceVersion)}, p.ops...)
-}
-
-func testOp(path string, value any) patchOp {
-	o := &Patch{}
-	o.Test(path, value)
-	return o.ops[0]
-}
-
 // Set sets path (an object member) to value, adding it if absent.
 func (p *Patch) Set(path string, value any) { p.op("add", path, value) }
 
@@ -106,4 +96,30 @@ func PatchDidNotApply(err error) bool {
 	st := status.Status()
 	return st.Code == http.StatusUnprocessableEntity && st.Reason == metav1.StatusReasonInvalid &&
 		(st.Details == nil || st.Details.Name == "" && len(st.Details.Causes) == 0)
+}
+
+// ApplyTo is current with the patch applied, as the apiserver would apply
+// it (the same implementation), keeping current's resourceVersion: written
+// with an Update, it is the exact form of the patch, a compare-and-swap on
+// the whole object that lands only if nothing at all wrote the Lease since
+// current, and travels in the apiserver's cheapest encoding. The patch's
+// tests must hold on current.
+func (p *Patch) ApplyTo(current *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	raw, err := json.Marshal(current)
+	if err != nil {
+		return nil, fmt.Errorf("encoding lease %s: %w", current.Name, err)
+	}
+	decoded, err := jsonpatch.DecodePatch(p.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("decoding a patch of lease %s: %w", current.Name, err)
+	}
+	patched, err := decoded.Apply(raw)
+	if err != nil {
+		return nil, fmt.Errorf("applying a patch to lease %s: %w", current.Name, err)
+	}
+	out := &coordinationv1.Lease{}
+	if err := json.Unmarshal(patched, out); err != nil {
+		return nil, fmt.Errorf("decoding patched lease %s: %w", current.Name, err)
+	}
+	return out, nil
 }

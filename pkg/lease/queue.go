@@ -168,18 +168,17 @@ func Registration(current *coordinationv1.Lease, w Waiter) ([]byte, Waiter, erro
 	return patch, w, err
 }
 
-// ExactRegistration is Registration as a patch that lands only on
-// current's very version (its resourceVersion tested): it fails at once,
-// instead of being merged, when anything wrote the Lease since current. A
-// waiter tries this first, and falls back to Registration, spread out, once
-// it fails (a crowd is registering).
+// ExactRegistration is the registration of w in current's queue as a
+// patch, to be written exactly (Patch.ApplyTo and an Update: it fails at
+// once, instead of being merged, when anything wrote the Lease since
+// current). A waiter tries this first, and falls back to Registration,
+// spread out, once it fails (a crowd is registering).
 func ExactRegistration(current *coordinationv1.Lease, w Waiter) (*Patch, Waiter, error) {
 	w, front, err := placeIn(current, w)
 	if err != nil {
 		return nil, w, err
 	}
 	p := &Patch{}
-	p.Test("/metadata/resourceVersion", current.ResourceVersion)
 	if current.Annotations == nil {
 		p.Set("/metadata/annotations", map[string]string{})
 	}

@@ -176,6 +176,10 @@ func gaveUpWaiting(lock string, waitedOn, ctxErr, cut error) error {
 // attempt is one try, in the steps of client-go's tryAcquireOrRenew. It
 // returns the grant written or taken up, or what to wait for and why.
 func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate, p *place) (*acquired, waitHint, error) {
+	// A grant is written exactly (the whole object, as judged) until a
+	// write of this caller lost a race; then with a patch that tests the
+	// token and holder only (see writeLease).
+	exact := !p.raced
 	for range maxCASAttempts {
 		// 1. A copy of the Lease to judge: the candidate, or a fresh read.
 		//    A remembered copy is only a fast path to a free Lease.
@@ -224,7 +228,10 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 		}
 
 		// 7. Take it: one patch that tests the token and holder judged.
-		a, late, err := c.take(ctx, info, current, p, start)
+		a, late, err := c.take(ctx, info, current, p, start, exact)
+		if lostRace(err) {
+			exact = false
+		}
 		switch {
 		case err == nil:
 			return a, waitHint{}, nil
@@ -306,17 +313,19 @@ func (c *Client) checkGrantable(ctx context.Context, infoRef *lockInfo, cand *ca
 }
 
 // take grants the lock to this client on current, free (or lapsed, as the
-// controller marked it): the next token, in one patch that tests the token
-// and holder it was judged on, leaving the caller's place in the queue in
-// the same write. A write whose answer came back past its safe window is
-// not used (ErrAnsweredTooLate, with what to wait for).
-func (c *Client) take(ctx context.Context, info lockInfo, current *coordinationv1.Lease, p *place, start time.Time) (*acquired, waitHint, error) {
+// controller marked it): the next token, in one write (exact, or a patch
+// that tests the token and holder it was judged on: see writeLease),
+// leaving the caller's place in the queue in the same write. A write whose
+// answer came back past its safe window is not used (ErrAnsweredTooLate,
+// with what to wait for).
+func (c *Client) take(ctx context.Context, info lockInfo, current *coordinationv1.Lease, p *place, start time.Time,
+	exact bool) (*acquired, waitHint, error) {
 	nonce := newTicket()
 	patch, err := lease.GrantPatch(current, c.cfg.Identity, placeTicket(current, p), nonce, info.duration, start)
 	if err != nil {
 		return nil, waitHint{}, fmt.Errorf("acquiring lock %s: %w", c.LockName(), err)
 	}
-	updated, err := c.patchLease(ctx, info.leaseName, patch)
+	updated, err := c.writeLease(ctx, current, patch, exact)
 	if err != nil {
 		return nil, waitHint{}, c.grantFailed(ctx, info, current, p, nonce, err)
 	}

@@ -20,7 +20,7 @@ func (c *Client) Release(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.modifyLease(ctx, info, func(l *coordinationv1.Lease, first bool) (*lease.Patch, error) {
+	_, err = c.modifyLease(ctx, info, func(l *coordinationv1.Lease) (*lease.Patch, error) {
 		if !controlledBy(l, info.uid) && l.Labels[locksv1alpha1.LockNameLabel] != c.cfg.Name {
 			return nil, fmt.Errorf("%w: Lease %s/%s is not lock %s's; nothing released", ErrLeaseUnavailable, c.cfg.Namespace, l.Name, c.LockName())
 		}
@@ -30,7 +30,7 @@ func (c *Client) Release(ctx context.Context) error {
 			}
 			return nil, fmt.Errorf("%w: lock %s is held by %s, not %s; nothing released", ErrNotHolder, c.LockName(), holder, c.cfg.Identity)
 		}
-		return c.releasePatch(l, info, first), nil
+		return c.releasePatch(l, info), nil
 	})
 	return err
 }
@@ -56,7 +56,7 @@ func (c *Client) Break(ctx context.Context) (BreakResult, error) {
 	if err != nil {
 		return res, err
 	}
-	_, err = c.modifyLease(ctx, info, func(l *coordinationv1.Lease, _ bool) (*lease.Patch, error) {
+	_, err = c.modifyLease(ctx, info, func(l *coordinationv1.Lease) (*lease.Patch, error) {
 		if !controlledBy(l, info.uid) {
 			return nil, fmt.Errorf("%w: Lease %s/%s is not managed by lock %s (not adopted yet, owned by something else, or a retired record); nothing broken",
 				ErrLeaseUnavailable, c.cfg.Namespace, l.Name, c.LockName())

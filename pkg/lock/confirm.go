@@ -77,7 +77,7 @@ func (c *Client) withhold(a *acquired, p *place) {
 	p.uncertain, p.uncertainNonce = lease.Token(a.lease), a.lease.Annotations[lease.GrantNonceAnnotation]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := c.patchLease(ctx, a.info.leaseName, lease.ReleasePatch(a.lease)); err != nil {
+	if _, err := c.writeLease(ctx, a.lease, lease.ReleasePatch(a.lease), false); err != nil {
 		c.logger(ctx).Info("releasing a grant that was not used", "lock", c.LockName(), "err", err)
 	}
 }

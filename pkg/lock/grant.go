@@ -264,7 +264,7 @@ func (g *Grant) renewOnce() error {
 	g.mu.Unlock()
 	for range maxWriteAttempts {
 		start := clk.Now()
-		updated, err := g.client.patchLease(ctx, g.info.leaseName, lease.RenewPatch(current, start))
+		updated, err := g.client.writeLease(ctx, current, lease.RenewPatch(current, start), false)
 		if err == nil {
 			if lostErr := g.stillServing(updated); lostErr != nil {
 				return lostErr
@@ -336,7 +336,7 @@ func (g *Grant) releaseLapsed() {
 			if !g.owns(fresh) {
 				return
 			}
-			if _, err := g.client.patchLease(ctx, g.info.leaseName, g.client.releasePatch(fresh, g.info, false)); err == nil || !lostRace(err) {
+			if _, err := g.client.writeLease(ctx, fresh, g.client.releasePatch(fresh, g.info), false); err == nil || !lostRace(err) {
 				return
 			}
 		}
@@ -462,7 +462,7 @@ func (g *Grant) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: this grant (fencing token %d) was released already; nothing released", ErrNotHolder, g.token)
 	}
 	for attempt := range maxWriteAttempts {
-		updated, err := g.client.patchLease(ctx, g.info.leaseName, g.client.releasePatch(current, g.info, attempt == 0))
+		updated, err := g.client.writeLease(ctx, current, g.client.releasePatch(current, g.info), attempt == 0)
 		if err == nil {
 			g.mu.Lock()
 			g.released = true

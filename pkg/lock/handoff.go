@@ -30,7 +30,7 @@ func (c *Client) claimHandOff(ctx context.Context, info lockInfo, current *coord
 		return &acquired{lease: current, info: handed, validUntil: c.safeUntil(handed, from),
 			firstRenewal: max(interval-now.Sub(from), 0)}, nil
 	}
-	updated, err := c.patchLease(ctx, info.leaseName, lease.RenewPatch(current, now))
+	updated, err := c.writeLease(ctx, current, lease.RenewPatch(current, now), false)
 	if err != nil {
 		return nil, err
 	}

@@ -123,7 +123,11 @@ func (c *Client) register(ctx context.Context, current *coordinationv1.Lease, p 
 		if exact, _, err = lease.ExactRegistration(current, w); err != nil {
 			return nil, -1, err
 		}
-		updated, err = c.leases.Patch(ctx, current.Name, types.JSONPatchType, exact.Bytes(), metav1.PatchOptions{})
+		var next *coordinationv1.Lease
+		if next, err = exact.ApplyTo(current); err != nil {
+			return nil, -1, err
+		}
+		updated, err = c.leases.Update(ctx, next, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return nil, -1, refusal(err)
@@ -158,9 +162,9 @@ func (c *Client) leaveQueue(info lockInfo, p *place) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err := c.modifyLease(ctx, info, func(l *coordinationv1.Lease, first bool) (*lease.Patch, error) {
+	_, err := c.modifyLease(ctx, info, func(l *coordinationv1.Lease) (*lease.Patch, error) {
 		if handedToMe(l, c.cfg.Identity, p) || landedUncertain(l, c.cfg.Identity, p) {
-			return c.releasePatch(l, info, first), nil
+			return c.releasePatch(l, info), nil
 		}
 		return nil, errNothingToDo
 	})

@@ -25,10 +25,25 @@ const maxWriteAttempts = 25
 // errNothingToDo ends a modifyLease that has nothing to write.
 var errNothingToDo = errors.New("nothing to do")
 
-// patchLease sends a write of the grant path (see lease.Patch) through the
-// client's unthrottled writer and remembers the Lease it answers with.
-func (c *Client) patchLease(ctx context.Context, name string, p *lease.Patch) (*coordinationv1.Lease, error) {
-	l, err := c.writes.Patch(ctx, name, types.JSONPatchType, p.Bytes(), metav1.PatchOptions{})
+// writeLease sends a write of the grant path, the patch p judged on
+// current, through the client's unthrottled writer, and remembers the Lease
+// it answers with. Exact, it is current with p applied, written with an
+// Update carrying current's resourceVersion (a compare-and-swap on the
+// whole object, in the apiserver's cheapest encoding: a Conflict when
+// anything wrote the Lease since current); otherwise it is p itself, whose
+// tests are the compare-and-swap, on the fields the judgement rests on.
+func (c *Client) writeLease(ctx context.Context, current *coordinationv1.Lease, p *lease.Patch, exact bool) (*coordinationv1.Lease, error) {
+	var l *coordinationv1.Lease
+	var err error
+	if exact {
+		var next *coordinationv1.Lease
+		if next, err = p.ApplyTo(current); err != nil {
+			return nil, err
+		}
+		l, err = c.writes.Update(ctx, next, metav1.UpdateOptions{})
+	} else {
+		l, err = c.writes.Patch(ctx, current.Name, types.JSONPatchType, p.Bytes(), metav1.PatchOptions{})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -91,37 +106,33 @@ func passingReadError(ctx context.Context, err error) bool {
 // queue as it is when the release lands; a release that is not exact lands
 // whatever the queue did since current (a waiter whose registration it did
 // not see finds the lock free, and takes it at its turn). Releases try
-// exact first, and once the Lease changed, read it again and go on not
-// exact: a crowd registering cannot keep a release from landing.
-func (c *Client) releasePatch(current *coordinationv1.Lease, info lockInfo, exact bool) *lease.Patch {
-	p := lease.ReleasePatch(current)
+// exact first (writeLease), and once the Lease changed, read it again and
+// go on not exact: a crowd registering cannot keep a release from landing.
+func (c *Client) releasePatch(current *coordinationv1.Lease, info lockInfo) *lease.Patch {
 	if current.DeletionTimestamp == nil && controlledBy(current, info.uid) {
 		if handed, _, ok, err := lease.HandOffPatch(current, c.cfg.Identity, info.duration, c.cfg.Clock.Now()); err == nil && ok {
-			p = handed
+			return handed
 		}
 	}
-	if exact {
-		p.TestVersion(current.ResourceVersion)
-	}
-	return p
+	return lease.ReleasePatch(current)
 }
 
 // modifyLease applies edit to a fresh read of the Lease and sends the patch
 // it returns, reading again when the patch finds the Lease changed. edit
 // may refuse by returning an error, which is returned as is.
 //
-// first tells edit whether this is the first attempt (see releasePatch).
-func (c *Client) modifyLease(ctx context.Context, info lockInfo, edit func(l *coordinationv1.Lease, first bool) (*lease.Patch, error)) (*coordinationv1.Lease, error) {
+// The first attempt is exact (see writeLease), the others are not.
+func (c *Client) modifyLease(ctx context.Context, info lockInfo, edit func(l *coordinationv1.Lease) (*lease.Patch, error)) (*coordinationv1.Lease, error) {
 	for attempt := range maxWriteAttempts {
 		current, err := c.readLease(ctx, info.leaseName)
 		if err != nil {
 			return nil, err
 		}
-		p, err := edit(current, attempt == 0)
+		p, err := edit(current)
 		if err != nil {
 			return nil, err
 		}
-		updated, err := c.patchLease(ctx, info.leaseName, p)
+		updated, err := c.writeLease(ctx, current, p, attempt == 0)
 		if err == nil {
 			return updated, nil
 		}
