@@ -24,8 +24,8 @@ import (
 )
 
 var (
-	withPeers  bool
-	cpuProfile string
+	withPeers, failoverOnly bool
+	cpuProfile              string
 )
 
 func main() {
@@ -56,6 +56,7 @@ func main() {
 	flag.BoolVar(&withPeers, "peers", true, "Also measure etcd's Mutex and Redis side by side (same run, same TTL).")
 	flag.DurationVar(&peers.TTL, "peers-ttl", 2*time.Second, "TTL of every system in the side-by-side run.")
 	flag.IntVar(&peers.FailoverTrials, "failover-trials", 20, "SIGKILLed holders per system.")
+	flag.BoolVar(&failoverOnly, "failover-only", false, "Measure only frontdesk's failover after a SIGKILLed holder, at --peers-ttl, --failover-trials times.")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "Write a CPU profile of this process (the lock clients; not the apiserver) to this file.")
 	flag.Parse()
 	if cpuProfile != "" {
@@ -73,6 +74,18 @@ func main() {
 	klog.SetLogger(ctrl.Log) // watches cancelled at the end are not errors worth printing
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if failoverOnly {
+		self, err := os.Executable()
+		if err == nil {
+			peers.AssetsDir, peers.HolderCommand = opts.AssetsDir, []string{self, "peer-holder"}
+			_, err = bench.RunFailover(ctx, peers, os.Stdout)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "frontdesk-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(cost.Sizes) > 0 {
 		if _, err := bench.RunCost(ctx, cost, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "frontdesk-bench:", err)
