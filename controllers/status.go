@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -83,9 +84,7 @@ func deriveStatus(in statusInput) statusResult {
 		setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonNotHeld, "nobody holds the lock")
 	case isInvalidGrant(old, rec):
 		setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonInvalidGrant,
-			fmt.Sprintf("the Lease names %s as holder with fencing token %d, which was already granted (to %s): "+
-				"a holder written by hand, not a grant; nobody may act on it. It is judged like a holder and lapses unless renewed",
-				rec.Holder, rec.Token, orNobody(old.Holder)))
+			invalidGrantMessage(old, rec))
 		expiresIn = max(in.observation.Deadline(lockDuration(in.lock)).Sub(in.now), 0)
 	case current.Annotations[locksv1alpha1.RevokedAnnotation] == rec.Holder:
 		setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonRevoked,
@@ -156,6 +155,20 @@ func isInvalidGrant(old locksv1alpha1.DistributedLockStatus, rec lease.Record) b
 	return rec.Holder != old.Holder && rec.Token <= old.FencingToken && old.FencingToken > 0
 }
 
+// invalidGrantMessage says who the Lease names without a grant, and to whom
+// its token was granted: the holder recorded before the invalid grant
+// appeared (a pass that finds it already flagged keeps what the first one
+// said; the status holder is then the invalid one itself).
+func invalidGrantMessage(old locksv1alpha1.DistributedLockStatus, rec lease.Record) string {
+	held := meta.FindStatusCondition(old.Conditions, locksv1alpha1.ConditionHeld)
+	if held != nil && held.Reason == locksv1alpha1.ReasonInvalidGrant && old.Holder == rec.Holder {
+		return held.Message
+	}
+	return fmt.Sprintf("the Lease names %s as holder with fencing token %d, which was already granted (to %s): "+
+		"a holder written by hand, not a grant; nobody may act on it. It is judged like a holder and lapses unless renewed",
+		rec.Holder, rec.Token, orNobody(old.Holder))
+}
+
 func orNobody(holder string) string {
 	if holder == "" {
 		return "nobody"
@@ -188,8 +201,14 @@ func transitionEvents(old, cur locksv1alpha1.DistributedLockStatus, rec lease.Re
 		}
 		return []lockEvent{{corev1.EventTypeNormal, EventAcquired,
 			fmt.Sprintf("%s acquired the lock with fencing token %d", rec.Holder, rec.Token)}}
+	case rec.Holder == "" && rec.Token > old.FencingToken && old.LeaseName != "" && !brokenAt(current, rec.Token):
+		// The token went up and the lock is free, but no break made it so:
+		// holders came and went while the controller was not watching.
+		return []lockEvent{{corev1.EventTypeNormal, EventReleased, fmt.Sprintf(
+			"the lock is free at fencing token %d; it was granted and released %d time(s) since the controller last recorded it (token %d, held by %s)",
+			rec.Token, rec.Token-old.FencingToken, old.FencingToken, orNobody(old.Holder))}}
 	case rec.Holder == "" && rec.Token > old.FencingToken && old.LeaseName != "":
-		// A recorded lock whose token went up with nobody granted.
+		// A recorded lock whose token a break raised.
 		if old.Holder != "" {
 			return []lockEvent{{corev1.EventTypeWarning, EventBroken, fmt.Sprintf(
 				"the lock was broken: the grant of %s (fencing token %d) was voided and the fencing token raised to %d",
@@ -236,4 +255,10 @@ func boolStatus(b bool) metav1.ConditionStatus {
 		return metav1.ConditionTrue
 	}
 	return metav1.ConditionFalse
+}
+
+// brokenAt reports whether a break raised l's token to token (its mark,
+// locks.frontdesk.dev/broken-at, names it).
+func brokenAt(l *coordinationv1.Lease, token int64) bool {
+	return l.Annotations[lease.BrokenAtAnnotation] == strconv.FormatInt(token, 10)
 }

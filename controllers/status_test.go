@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +34,12 @@ func makeLease(holder string, transitions, duration int32, acquire, renew time.T
 		l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(acquire))
 		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(renew))
 	}
+	return l
+}
+
+// brokenLease is l as a break left it: marked with the token it raised.
+func brokenLease(l *coordinationv1.Lease) *coordinationv1.Lease {
+	l.Annotations = map[string]string{lease.BrokenAtAnnotation: strconv.FormatInt(lease.Token(l), 10)}
 	return l
 }
 
@@ -180,9 +188,9 @@ func TestDeriveStatus(t *testing.T) {
 			wantEvents: []string{EventReleased},
 		},
 		{
-			name:       "holder cleared and token raised: Broken, not Released",
+			name:       "holder cleared and token raised by a break: Broken, not Released",
 			old:        heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
-			lease:      ready(makeLease("", 6, 15, t0, t0)),
+			lease:      ready(brokenLease(makeLease("", 6, 15, t0, t0))),
 			wantToken:  6,
 			wantHeld:   metav1.ConditionFalse,
 			wantReason: locksv1alpha1.ReasonNotHeld,
@@ -190,9 +198,21 @@ func TestDeriveStatus(t *testing.T) {
 			wantEvents: []string{EventBroken},
 		},
 		{
+			// The controller was down while holders came and went: nothing
+			// was broken.
+			name:       "holder cleared and token raised with no break: Released, not Broken",
+			old:        heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
+			lease:      ready(makeLease("", 9, 15, t0, t0)),
+			wantToken:  9,
+			wantHeld:   metav1.ConditionFalse,
+			wantReason: locksv1alpha1.ReasonNotHeld,
+			wantReady:  metav1.ConditionTrue,
+			wantEvents: []string{EventReleased},
+		},
+		{
 			name:       "a free lock broken: Broken",
 			old:        heldStatus("", 5, t0, t0, locksv1alpha1.ReasonNotHeld),
-			lease:      ready(makeLease("", 6, 15, t0, t0)),
+			lease:      ready(brokenLease(makeLease("", 6, 15, t0, t0))),
 			wantToken:  6,
 			wantHeld:   metav1.ConditionFalse,
 			wantReason: locksv1alpha1.ReasonNotHeld,
@@ -446,5 +466,24 @@ func TestLapseRecordedOnlyForTheSameRecord(t *testing.T) {
 				t.Errorf("lapseRecorded = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// The InvalidGrant condition names the holder the token was granted to,
+// also on the passes after the first (when status already names the
+// invalid holder): before, they said it was granted to the invalid holder
+// itself.
+func TestInvalidGrantNamesTheHolderTheTokenWentTo(t *testing.T) {
+	lock := testutil.MakeLock("billing", "ns").LeaseDuration(15).Status(heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld)).Obj()
+	rogue := leaseState{lease: makeLease("rogue", 5, 15, t0, t0), ready: true, reason: locksv1alpha1.ReasonLeaseReady}
+	obs := lease.Observation{Record: lease.RecordOf(rogue.lease), ObservedAt: t0}
+	first := deriveStatus(statusInput{lock: lock, lease: rogue, observation: obs, now: t0})
+	lock.Status = first.status
+	second := deriveStatus(statusInput{lock: lock, lease: rogue, observation: obs, now: t0.Add(time.Second)})
+	for i, st := range []locksv1alpha1.DistributedLockStatus{first.status, second.status} {
+		held := meta.FindStatusCondition(st.Conditions, locksv1alpha1.ConditionHeld)
+		if held == nil || held.Reason != locksv1alpha1.ReasonInvalidGrant || !strings.Contains(held.Message, "already granted (to a)") {
+			t.Errorf("pass %d: Held %+v, want InvalidGrant naming a", i+1, held)
+		}
 	}
 }

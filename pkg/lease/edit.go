@@ -119,6 +119,10 @@ func Break(current *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	}
 	l := Release(current)
 	l.Spec.LeaseTransitions = ptr.To(next)
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[BrokenAtAnnotation] = strconv.FormatInt(Token(l), 10)
 	return l, nil
 }
 

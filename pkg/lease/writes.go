@@ -30,9 +30,14 @@ var (
 	pathDeletion    = "/metadata/deletionTimestamp"
 )
 
+// BrokenAtAnnotation names the token a break raised the Lease to, so that
+// status can tell a break from holders that came and went unseen; the
+// next grant drops it.
+const BrokenAtAnnotation = "locks.frontdesk.dev/broken-at"
+
 // grantMarks are the annotations that describe the current grant; a new
 // grant or a release drops the previous grant's.
-var grantMarks = []string{TicketAnnotation, HandedOffByAnnotation, GrantNonceAnnotation, locksv1alpha1.HolderPrincipalAnnotation}
+var grantMarks = []string{TicketAnnotation, HandedOffByAnnotation, GrantNonceAnnotation, locksv1alpha1.HolderPrincipalAnnotation, BrokenAtAnnotation}
 
 // GrantDuration is the lease duration a grant on l must carry: the
 // manager's LeaseDurationAnnotation, else the Lease's own
@@ -180,6 +185,9 @@ func BreakPatch(current *coordinationv1.Lease) (*Patch, error) {
 	testGrant(p, current)
 	clearGrant(p, current)
 	p.Set(pathTransitions, next)
+	if current.Annotations != nil {
+		p.Set(AnnotationPath(BrokenAtAnnotation), strconv.FormatInt(Token(current)+1, 10))
+	}
 	return p, nil
 }
 

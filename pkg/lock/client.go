@@ -99,6 +99,8 @@ type lockInfo struct {
 	recorded        int64
 	recordedHolder  string
 	recordedAcquire time.Time
+	// deleting: the lock was being deleted when it was read.
+	deleting bool
 }
 
 // grantedOn is info for a grant recorded on l: judged by the lease duration
@@ -243,7 +245,8 @@ func (c *Client) resolve(ctx context.Context, refresh bool) (lockInfo, *locksv1a
 		return lockInfo{}, nil, err
 	}
 	info := lockInfo{uid: lock.UID, leaseName: lock.Status.LeaseName, recorded: lock.Status.FencingToken,
-		recordedHolder: lock.Status.Holder, duration: time.Duration(lock.EffectiveLeaseDurationSeconds()) * time.Second}
+		recordedHolder: lock.Status.Holder, duration: time.Duration(lock.EffectiveLeaseDurationSeconds()) * time.Second,
+		deleting: lock.DeletionTimestamp != nil}
 	if lock.Status.AcquireTime != nil {
 		info.recordedAcquire = lock.Status.AcquireTime.Time
 	}

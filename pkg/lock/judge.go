@@ -19,6 +19,9 @@ import (
 // Lease would not be protected from going backwards.
 func (c *Client) grantable(l *coordinationv1.Lease, info lockInfo) error {
 	switch {
+	case info.deleting:
+		return fmt.Errorf("%w: lock %s is being deleted: its Lease %s stays as the record of its fencing tokens and grants nothing more "+
+			"(the lock goes once its holder has released or lapsed; create it again to use it)", ErrLeaseUnavailable, c.LockName(), l.Name)
 	case l.DeletionTimestamp != nil:
 		return fmt.Errorf("%w: Lease %s/%s is being deleted; the controller recreates it with its fencing token kept",
 			ErrLeaseUnavailable, c.cfg.Namespace, l.Name)

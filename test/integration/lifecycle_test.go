@@ -123,6 +123,12 @@ func TestDeletingAHeldLockWaitsForItsHolder(t *testing.T) {
 		g.Expect(meta.FindStatusCondition(lk.Status.Conditions, locksv1alpha1.ConditionReady)).To(
 			HaveField("Reason", locksv1alpha1.ReasonDeleting))
 	})
+	// A client acquiring meanwhile is told the lock is going, not to check
+	// whether the controller runs.
+	_, err = newLockClient(t, ns, "billing", "latecomer").TryAcquire(ctx)
+	g.Expect(err).To(MatchError(lock.ErrLeaseUnavailable))
+	g.Expect(err.Error()).To(ContainSubstring("is being deleted"))
+	g.Expect(err.Error()).NotTo(ContainSubstring("controller running"))
 
 	deleteLockGone := func(g Gomega) {
 		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(l), &locksv1alpha1.DistributedLock{})
