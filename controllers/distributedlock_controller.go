@@ -46,8 +46,6 @@ type DistributedLockReconciler struct {
 	// APIReader reads around the cache, where a stale read could cost a
 	// fencing token (the floor a recreated Lease starts from).
 	APIReader client.Reader
-	// Scheme is used to set owner references on Leases.
-	Scheme *runtime.Scheme
 	// Recorder records Events on DistributedLocks.
 	Recorder events.EventRecorder
 	// Clock is the controller's time source; expiry is judged on it.
@@ -81,7 +79,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.metrics.forget(req.NamespacedName)
 			r.highWater.forget(req.NamespacedName)
 			r.pending.forget(req.NamespacedName)
-			r.passed.take(req.NamespacedName)
+			r.passed.forget(req.NamespacedName)
 			return r.releaseOrphanRecords(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, fmt.Errorf("reading distributedlock %s: %w", req.NamespacedName, err)
@@ -152,10 +150,11 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 			state.lease = marked
 			obs = r.observations.Observe(key, lease.RecordOf(marked), now)
 		}
-		renewIn = earliest(renewIn, markIn)
-		if err := r.removePassedPlaces(ctx, lockKey, state.lease); err != nil {
+		pruneIn, err := r.removePassedPlaces(ctx, lockKey, state.lease, obs, lease.TurnLength(lockDuration(lock)), now)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
+		renewIn = earliest(renewIn, markIn, pruneIn)
 		if cand.selectorErr != nil && state.ready {
 			state.ready, state.reason = false, locksv1alpha1.ReasonInvalidSelector
 			state.message = fmt.Sprintf("candidates mode grants nothing: %v; fix spec.candidates.podSelector", cand.selectorErr)
@@ -258,11 +257,11 @@ func recurringWarning(reason string) bool {
 	return reason == EventLeaseConflict || reason == EventSelectorInvalid
 }
 
-func (r *DistributedLockReconciler) recordEvents(lock *locksv1alpha1.DistributedLock, lease *coordinationv1.Lease, evs []lockEvent) {
+func (r *DistributedLockReconciler) recordEvents(lock *locksv1alpha1.DistributedLock, l *coordinationv1.Lease, evs []lockEvent) {
 	for _, ev := range evs {
 		var related runtime.Object
-		if lease != nil {
-			related = lease
+		if l != nil {
+			related = l
 		}
 		r.Recorder.Eventf(lock, related, ev.eventType, ev.reason, eventAction, "%s", ev.note)
 	}

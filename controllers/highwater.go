@@ -5,10 +5,11 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
+
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
-// tokenHighWater remembers, per lock, the highest leaseTransitions seen in
+// tokenHighWater remembers, per lock, the highest token seen in
 // any Lease event, old or new object, as the informer delivers them. The
 // reconciler reads only the newest Lease from its cache, and the status may
 // lag it: a Lease wound back by hand right after a grant the controller had
@@ -25,8 +26,8 @@ func newTokenHighWater() *tokenHighWater {
 }
 
 // observe records the Lease's token for the lock.
-func (h *tokenHighWater) observe(lock types.NamespacedName, lease *coordinationv1.Lease) {
-	token := int64(ptr.Deref(lease.Spec.LeaseTransitions, 0))
+func (h *tokenHighWater) observe(lock types.NamespacedName, l *coordinationv1.Lease) {
+	token := lease.Token(l)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.seen[lock] = max(h.seen[lock], token)

@@ -13,21 +13,22 @@ import (
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
-// A grant ends by its holder's release, by a break, or by the controller's
-// lapse mark: nobody else may declare it lapsed, since admission, which
-// guards the Lease, has no clock. The controller judges expiry on its own
-// monotonic clock (a record unchanged for the lease duration since it
-// first saw it), so it writes the mark only after the holder's own safe
+// A grant ends by its holder's release, by a break, or by the controller
+// ending it as lapsed: nobody else may declare it lapsed, since admission,
+// which guards the Lease, has no clock. The controller judges expiry on its
+// own monotonic clock (a record unchanged for the lease duration since it
+// first saw it), so it ends the grant only after the holder's own safe
 // window ended: the holder counts its window from the start of its last
 // write, and the controller's count starts when it first sees that write.
-// Once the mark names the grant's token, the lease-guard policy lets anyone
-// take the lock over and no longer lets the holder renew it.
+// It ends it as a release would (the token kept, the Lease free), with the
+// mark locks.frontdesk.dev/lapsed naming the token, so that status tells a
+// lapse from a release; the waiters then take their turns.
 
-// markLapsed writes the lapse mark on l's grant when the controller has
-// seen its record go unrenewed for the lease duration, unless the grant is
-// the controller's own (candidates mode: it renews those, and revokes
-// them). It returns the Lease as written, or l when there was nothing to
-// write, and how long until the mark is due otherwise (zero for never).
+// markLapsed ends l's grant as lapsed when the controller has seen its
+// record go unrenewed for the lease duration, unless the grant is the
+// controller's own (candidates mode: it renews those, and revokes them). It
+// returns the Lease as written, or l when there was nothing to write, and
+// how long until the lapse is due otherwise (zero for never).
 func (r *DistributedLockReconciler) markLapsed(ctx context.Context, lock *locksv1alpha1.DistributedLock, l *coordinationv1.Lease,
 	obs lease.Observation, now time.Time) (*coordinationv1.Lease, time.Duration, error) {
 	rec := obs.Record

@@ -97,7 +97,7 @@ func (r *DistributedLockReconciler) ensureRecordedLease(ctx context.Context, loc
 // lapsed): every later token is then above every token of the epoch that
 // ended. While a live grant holds it, the lock is not Ready and says so.
 func (r *DistributedLockReconciler) endTokenEpoch(ctx context.Context, l *coordinationv1.Lease, events []lockEvent) (leaseState, []lockEvent, error) {
-	if lease.Holder(l) != "" && !lease.Lapsed(l) {
+	if lease.Holder(l) != "" {
 		return leaseState{lease: l, reason: locksv1alpha1.ReasonTokensExhausted, message: fmt.Sprintf(
 			"Lease %s is at the last fencing token of its epoch (%d): no further grant can be made until %s releases it "+
 				"or its grant lapses; the controller then starts a new token epoch and tokens continue from %d",
@@ -369,9 +369,6 @@ func holderLapse(lock *locksv1alpha1.DistributedLock, l *coordinationv1.Lease, o
 		return time.Time{}
 	}
 	lapse := obs.Deadline(lockDuration(lock))
-	if obs.Record.Lapsed {
-		lapse = obs.ObservedAt // the controller's own mark: lapsed already
-	}
 	if l.Annotations[locksv1alpha1.RevokedAnnotation] == obs.Record.Holder {
 		lapse = maxTime(lapse, obs.ObservedAt.Add(handOffDelay(lock)))
 	}

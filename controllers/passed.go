@@ -2,8 +2,8 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,8 +14,8 @@ import (
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
-// When a lock falls free other than by a hand-off (its grant lapsed, was
-// broken, or was released with nobody queued), the waiters take their turns
+// When a lock falls free other than by a hand-off (a grant ended as lapsed,
+// a break, a release with nobody queued), the waiters take their turns
 // (lease.Turn): the head at once, the one at position k once the lock has
 // been free for k turns. A waiter that takes the lock at its turn leaves
 // the queue; those ahead of it had their turn and let it pass (most likely
@@ -23,17 +23,23 @@ import (
 // policy), so the controller removes the places passed over, and only when
 // the lock was free long enough, as it observed, for their turns to have
 // passed: a participant grabbing the lock out of turn does not get anyone
-// else's place removed.
+// else's place removed. It also removes the head of a queue whose turn
+// passed while the lock stayed free (nobody took it), one place at a time:
+// the head watches every change, so a live one takes its turn on time.
+// Every removal tests the place it removes, so a place registered again
+// under the same ticket meanwhile stays.
 
-// passedPlaces remembers, per lock, the places a takeover passed over,
-// from the Lease event that showed it until the next pass removes them.
+// passedPlaces remembers, per lock, the places a takeover passed over (the
+// tickets, from the Lease event that showed it until the next pass removes
+// them), and when the controller last removed places of a free lock.
 type passedPlaces struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName][]string
+	mu      sync.Mutex
+	tickets map[types.NamespacedName][]string
+	pruned  map[types.NamespacedName]time.Time
 }
 
 func newPassedPlaces() *passedPlaces {
-	return &passedPlaces{m: map[types.NamespacedName][]string{}}
+	return &passedPlaces{tickets: map[types.NamespacedName][]string{}, pruned: map[types.NamespacedName]time.Time{}}
 }
 
 func (p *passedPlaces) note(key types.NamespacedName, tickets []string) {
@@ -42,15 +48,34 @@ func (p *passedPlaces) note(key types.NamespacedName, tickets []string) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.m[key] = append(p.m[key], tickets...)
+	p.tickets[key] = append(p.tickets[key], tickets...)
 }
 
 func (p *passedPlaces) take(key types.NamespacedName) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	tickets := p.m[key]
-	delete(p.m, key)
+	tickets := p.tickets[key]
+	delete(p.tickets, key)
 	return tickets
+}
+
+func (p *passedPlaces) lastPruned(key types.NamespacedName) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pruned[key]
+}
+
+func (p *passedPlaces) prunedAt(key types.NamespacedName, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pruned[key] = at
+}
+
+func (p *passedPlaces) forget(key types.NamespacedName) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.tickets, key)
+	delete(p.pruned, key)
 }
 
 // passedOver is the places of old's queue that the grant in cur passed
@@ -87,25 +112,58 @@ func passedOver(old, cur *coordinationv1.Lease, freeFor, turn time.Duration) []s
 	return passed
 }
 
-// removePassedPlaces removes the places noted as passed over for the lock,
-// in one merge patch (removing a place already gone changes nothing).
-func (r *DistributedLockReconciler) removePassedPlaces(ctx context.Context, key types.NamespacedName, l *coordinationv1.Lease) error {
+// expiredFront is the head of a free lock's queue once its turn passed with
+// nobody taking the lock: once the lock has been free (or the head was
+// last removed) for a turn and half a turn more; the head watches every
+// change, so a live one has taken the lock by then. One place at a time:
+// the next head's turn counts from this removal. next is when the head's
+// turn will have passed (zero: the queue is empty).
+func expiredFront(q []lease.Waiter, freeFor, turn time.Duration) (tickets []string, next time.Duration) {
+	if len(q) == 0 {
+		return nil, 0
+	}
+	if due := turn + turn/2; freeFor < due {
+		return nil, due - freeFor
+	}
+	return []string{q[0].Ticket}, 0
+}
+
+// removePassedPlaces removes, from the lock's Lease l, the places noted as
+// passed over and, if the lock is free, the first places whose turns
+// passed while it stayed free (the observation obs says since when). It
+// returns how long until the next such turn has passed (zero: none).
+func (r *DistributedLockReconciler) removePassedPlaces(ctx context.Context, key types.NamespacedName, l *coordinationv1.Lease,
+	obs lease.Observation, turn time.Duration, now time.Time) (time.Duration, error) {
 	tickets := r.passed.take(key)
-	if l == nil || len(tickets) == 0 {
-		return nil
+	if l == nil {
+		return 0, nil
 	}
-	annotations, labels := map[string]any{}, map[string]any{}
-	for _, t := range tickets {
-		annotations[lease.EntryKey(t)], annotations[lease.QueuedByKey(t)] = nil, nil
-		labels[lease.FrontLabelPrefix+t] = nil
+	var next time.Duration
+	if obs.Record.Holder == "" {
+		since := obs.ObservedAt
+		if pruned := r.passed.lastPruned(key); pruned.After(since) {
+			since = pruned
+		}
+		var expired []string
+		expired, next = expiredFront(lease.Queue(l), now.Sub(since), turn)
+		for _, t := range expired {
+			if !slices.Contains(tickets, t) {
+				tickets = append(tickets, t)
+			}
+		}
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations, "labels": labels}})
-	if err != nil {
-		return fmt.Errorf("encoding the removal of passed places: %w", err)
+	patch := lease.RemovePlacesPatch(l, tickets)
+	if patch == nil {
+		return next, nil
 	}
-	if err := r.Patch(ctx, l.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil {
-		r.passed.note(key, tickets)
-		return fmt.Errorf("removing the places passed over on lease %s: %w", l.Name, err)
+	err := r.Patch(ctx, l.DeepCopy(), client.RawPatch(types.JSONPatchType, patch.Bytes()))
+	switch {
+	case err == nil:
+		r.passed.prunedAt(key, now)
+		return turn, nil
+	case lease.PatchDidNotApply(err):
+		return turn, nil // a place changed meanwhile: judged again at the next pass
+	default:
+		return 0, fmt.Errorf("removing the places passed over on lease %s: %w", l.Name, err)
 	}
-	return nil
 }

@@ -80,6 +80,8 @@ func deriveStatus(in statusInput) statusResult {
 
 	var expiresIn time.Duration
 	switch {
+	case rec.Holder == "" && rec.Lapsed:
+		setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonExpired, lapsedMessage(in, rec))
 	case rec.Holder == "":
 		setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonNotHeld, "nobody holds the lock")
 	case isInvalidGrant(old, rec):
@@ -99,7 +101,7 @@ func deriveStatus(in statusInput) statusResult {
 				fmt.Sprintf("held by %s with fencing token %d", rec.Holder, rec.Token))
 		} else {
 			setCondition(&st, in, locksv1alpha1.ConditionHeld, metav1.ConditionFalse, locksv1alpha1.ReasonExpired,
-				fmt.Sprintf("holder %s (fencing token %d) has not renewed within %s, as observed by the controller; any client may take the lock over",
+				fmt.Sprintf("holder %s (fencing token %d) has not renewed within %s, as observed by the controller, which ends the grant",
 					rec.Holder, rec.Token, duration))
 		}
 	}
@@ -153,6 +155,23 @@ func isInvalidGrant(old locksv1alpha1.DistributedLockStatus, rec lease.Record) b
 		return true
 	}
 	return rec.Holder != old.Holder && rec.Token <= old.FencingToken && old.FencingToken > 0
+}
+
+// lapsedMessage says whose grant the controller ended as lapsed: the holder
+// status recorded at that token (a pass that finds it said already keeps
+// what the first one said).
+func lapsedMessage(in statusInput, rec lease.Record) string {
+	old := in.lock.Status
+	held := meta.FindStatusCondition(old.Conditions, locksv1alpha1.ConditionHeld)
+	if held != nil && held.Reason == locksv1alpha1.ReasonExpired && old.Holder == "" && old.FencingToken == rec.Token {
+		return held.Message
+	}
+	who := "its holder"
+	if old.Holder != "" && old.FencingToken == rec.Token {
+		who = old.Holder
+	}
+	return fmt.Sprintf("the grant of %s (fencing token %d) was not renewed within its lease, as observed by the controller, "+
+		"which ended it: the lock is free", who, rec.Token)
 }
 
 // invalidGrantMessage says who the Lease names without a grant, and to whom
@@ -216,6 +235,9 @@ func transitionEvents(old, cur locksv1alpha1.DistributedLockStatus, rec lease.Re
 		}
 		return []lockEvent{{corev1.EventTypeWarning, EventBroken, fmt.Sprintf(
 			"the lock was broken while free: the fencing token was raised from %d to %d", old.FencingToken, rec.Token)}}
+	case rec.Holder == "" && old.Holder != "" && rec.Lapsed:
+		return []lockEvent{{corev1.EventTypeWarning, EventExpired,
+			fmt.Sprintf("%s stopped renewing; its lease (fencing token %d) lapsed, and the controller ended the grant", old.Holder, rec.Token)}}
 	case rec.Holder == "" && old.Holder != "":
 		return []lockEvent{{corev1.EventTypeNormal, EventReleased,
 			fmt.Sprintf("%s released the lock (fencing token %d)", old.Holder, cur.FencingToken)}}

@@ -106,8 +106,11 @@ func (r *DistributedLockReconciler) notePassedPlaces(ctx context.Context, old, c
 	now := r.Clock.Now()
 	for i := range locks {
 		key := client.ObjectKeyFromObject(&locks[i])
+		// The free time is measured from the controller's sighting of the
+		// very record old shows: another (a reconcile lagging behind the
+		// watch) would say nothing about how long old was free.
 		prev, ok := r.observations.Last(key.String())
-		if !ok || (prev.Record.Holder != "" && !prev.Record.Lapsed) {
+		if !ok || prev.Record.Holder != "" || !prev.Record.Equal(lease.RecordOf(old)) {
 			continue
 		}
 		turn := lease.TurnLength(lockDuration(&locks[i]))

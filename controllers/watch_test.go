@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -65,5 +66,48 @@ func TestRoutineWriteIsRenewalOrQueueOnly(t *testing.T) {
 				t.Errorf("routineWrite = %v, want %v", got, tc.routine)
 			}
 		})
+	}
+}
+
+// The controller removes the places a takeover passed over only when the
+// lock had been free for their turns; and the head of a free lock's queue
+// once its turn passed with nobody taking the lock.
+func TestPassedPlaces(t *testing.T) {
+	turn := time.Second
+	old := makeLease("", 4, 10, t0, t0)
+	old.Labels = map[string]string{locksv1alpha1.LockNameLabel: "billing"}
+	old = lease.SetQueue(old, []lease.Waiter{{Identity: "a", Ticket: "ta"}, {Identity: "b", Ticket: "tb"}, {Identity: "c", Ticket: "tc"}})
+	took := func(l *coordinationv1.Lease, identity string, keep ...string) *coordinationv1.Lease {
+		out, _ := lease.Grant(l, identity, 10*time.Second, t0)
+		var q []lease.Waiter
+		for _, w := range lease.Queue(l) {
+			if slices.Contains(keep, w.Ticket) {
+				q = append(q, w)
+			}
+		}
+		return lease.SetQueue(out, q)
+	}
+	cur := took(old, "c", "ta", "tb")
+	if got := passedOver(old, cur, 2*turn, turn); !slices.Equal(got, []string{"ta", "tb"}) {
+		t.Errorf("c took it at its turn: passed %v, want ta tb", got)
+	}
+	if got := passedOver(old, cur, turn, turn); got != nil {
+		t.Errorf("c took it a turn early: passed %v, want none", got)
+	}
+	outsider := took(old, "x", "ta", "tb", "tc")
+	if got := passedOver(old, outsider, 3*turn, turn); !slices.Equal(got, []string{"ta", "tb", "tc"}) {
+		t.Errorf("a caller outside the queue after every turn: passed %v", got)
+	}
+	handed, _ := lease.Grant(old, "a", 10*time.Second, t0)
+	handed.Annotations[lease.TicketAnnotation] = "ta"
+	if got := passedOver(old, handed, 9*turn, turn); got != nil {
+		t.Errorf("a hand-off passes nobody over: %v", got)
+	}
+	q := lease.Queue(old)
+	if got, next := expiredFront(q, turn, turn); got != nil || next != turn/2 {
+		t.Errorf("head within its turn: %v, next %s", got, next)
+	}
+	if got, _ := expiredFront(q, 2*turn, turn); !slices.Equal(got, []string{"ta"}) {
+		t.Errorf("head past its turn: %v, want ta alone", got)
 	}
 }

@@ -72,7 +72,7 @@ func (v *lockView) leaseUsable() bool {
 }
 
 func (v *lockView) leaseHolder() string { return ptr.Deref(v.lease.Spec.HolderIdentity, "") }
-func (v *lockView) leaseToken() int64   { return int64(ptr.Deref(v.lease.Spec.LeaseTransitions, 0)) }
+func (v *lockView) leaseToken() int64   { return lease.Token(v.lease) }
 
 // holder is who holds the lock: from the Lease when it can be used, else
 // the controller's last record.

@@ -119,7 +119,6 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	reconciler := &controllers.DistributedLockReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
-		Scheme:                  scheme,
 		Recorder:                mgr.GetEventRecorder("frontdesk-controller"),
 		Clock:                   opts.Clock,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,

@@ -134,6 +134,7 @@ func RaiseToFloor(current *coordinationv1.Lease, floor int64) (*coordinationv1.L
 		return nil, fmt.Errorf("raising lease %s to a negative token floor %d", current.Name, floor)
 	}
 	l := Release(current)
+	delete(l.Annotations, locksv1alpha1.LapsedAnnotation) // it named a token of the old count
 	setToken(l, floor)
 	return l, nil
 }
@@ -144,6 +145,7 @@ func RaiseToFloor(current *coordinationv1.Lease, floor int64) (*coordinationv1.L
 // every token of the epoch that ended.
 func NewEpoch(current *coordinationv1.Lease) *coordinationv1.Lease {
 	l := Release(current)
+	delete(l.Annotations, locksv1alpha1.LapsedAnnotation) // it named a leaseTransitions of the epoch that ended
 	setToken(l, (Epoch(current)+1)*EpochSize)
 	return l
 }

@@ -25,7 +25,8 @@ type Record struct {
 	AcquireTime time.Time
 	// RenewTime is spec.renewTime as the holder wrote it.
 	RenewTime time.Time
-	// Lapsed: the controller marked this grant lapsed (see Lapsed).
+	// Lapsed: the Lease is free because the controller ended its last
+	// grant as lapsed (see Lapsed).
 	Lapsed bool
 }
 

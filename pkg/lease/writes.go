@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -49,10 +50,10 @@ func GrantDuration(l *coordinationv1.Lease, fallback time.Duration) time.Duratio
 	return RecordOf(l).Duration(fallback)
 }
 
-// Lapsed reports whether the controller marked l's current grant lapsed
-// (LapsedAnnotation names its token).
+// Lapsed reports whether l is free because the controller ended its last
+// grant as lapsed (LapsedAnnotation names its token).
 func Lapsed(l *coordinationv1.Lease) bool {
-	return Holder(l) != "" && l.Annotations[locksv1alpha1.LapsedAnnotation] == strconv.FormatInt(int64(ptr.Deref(l.Spec.LeaseTransitions, 0)), 10)
+	return Holder(l) == "" && l.Annotations[locksv1alpha1.LapsedAnnotation] == strconv.FormatInt(int64(ptr.Deref(l.Spec.LeaseTransitions, 0)), 10)
 }
 
 // testGrant makes p apply only to the grant current records: its token, and
@@ -86,21 +87,22 @@ func setGrant(p *Patch, current *coordinationv1.Lease, identity string, duration
 	return nil
 }
 
-// GrantPatch takes the lock for identity on current: free, or held by a
-// grant the controller marked lapsed. It tests that the Lease still
-// records that (same token, same holder, the lapse mark), that it is still
-// controlled by the same lock and not being deleted, and sets the next
-// token. ticket, when not "", is the caller's place in the queue, which
-// leaves it in the same write; nonce names the attempt (GrantNonceAnnotation).
-// duration is used only when the Lease names none.
+// GrantPatch takes the lock for identity on current, a free Lease (a grant
+// ends by release, break, or the controller ending it as lapsed: nobody
+// takes a held lock over). It tests that the Lease still records that (same
+// token, no holder), that it is still controlled by the same lock and not
+// being deleted, and sets the next token. ticket, when not "", is the
+// caller's place in the queue, which leaves it in the same write; nonce
+// names the attempt (GrantNonceAnnotation). duration is used only when the
+// Lease names none.
 func GrantPatch(current *coordinationv1.Lease, identity, ticket, nonce string, duration time.Duration, now time.Time) (*Patch, error) {
+	if h := Holder(current); h != "" {
+		return nil, fmt.Errorf("lease %s is held by %s: a grant is made only on a free Lease", current.Name, h)
+	}
 	p := &Patch{}
 	testGrant(p, current)
 	p.Test(pathDeletion, nil)
 	p.Test(AnnotationPath(locksv1alpha1.LockUIDAnnotation), current.Annotations[locksv1alpha1.LockUIDAnnotation])
-	if Holder(current) != "" {
-		p.Test(AnnotationPath(locksv1alpha1.LapsedAnnotation), current.Annotations[locksv1alpha1.LapsedAnnotation])
-	}
 	if err := setGrant(p, current, identity, duration, now); err != nil {
 		return nil, err
 	}
@@ -113,12 +115,12 @@ func GrantPatch(current *coordinationv1.Lease, identity, ticket, nonce string, d
 }
 
 // RenewPatch moves the renew time of current's grant to now, if the Lease
-// still records that grant (holder and token).
+// still records that grant (holder and token). It changes nothing else: a
+// renewal never makes the Lease bigger.
 func RenewPatch(current *coordinationv1.Lease, now time.Time) *Patch {
 	p := &Patch{}
 	testGrant(p, current)
 	p.Set(pathRenew, metav1.NewMicroTime(now))
-	labelFront(p, current, "")
 	return p
 }
 
@@ -191,14 +193,47 @@ func BreakPatch(current *coordinationv1.Lease) (*Patch, error) {
 	return p, nil
 }
 
-// LapsePatch marks current's grant lapsed (LapsedAnnotation), if the Lease
-// still holds exactly the record of current that the controller saw go
-// unrenewed: holder, token and renew time.
+// LapsePatch ends current's grant as lapsed, if the Lease still holds
+// exactly the record of current that the controller saw go unrenewed
+// (holder, token and renew time): the grant is cleared as by a release, the
+// token kept, and LapsedAnnotation names the token whose grant lapsed.
 func LapsePatch(current *coordinationv1.Lease) *Patch {
 	p := &Patch{}
 	testGrant(p, current)
 	p.Test(pathRenew, current.Spec.RenewTime)
+	clearGrant(p, current)
 	p.Set(AnnotationPath(locksv1alpha1.LapsedAnnotation), strconv.FormatInt(int64(ptr.Deref(current.Spec.LeaseTransitions, 0)), 10))
+	return p
+}
+
+// RemovePlacesPatch removes the places with the given tickets (those the
+// copy current shows), each only if it is still the place current shows
+// (its value tested: a place re-registered under the same ticket meanwhile
+// is another), and labels the front of what remains. The controller
+// removes places passed over this way; nil when none of them is in current.
+func RemovePlacesPatch(current *coordinationv1.Lease, tickets []string) *Patch {
+	p := &Patch{}
+	var removed []string
+	for _, t := range tickets {
+		value, ok := current.Annotations[EntryKey(t)]
+		if !ok {
+			continue
+		}
+		p.Test(AnnotationPath(EntryKey(t)), value)
+		removePlace(p, current, t)
+		removed = append(removed, t)
+	}
+	if len(removed) == 0 {
+		return nil
+	}
+	rest := slices.DeleteFunc(Queue(current), func(w Waiter) bool { return slices.Contains(removed, w.Ticket) })
+	if current.Labels != nil {
+		for _, t := range frontTickets(rest) {
+			if _, ok := current.Labels[FrontLabelPrefix+t]; !ok {
+				p.Set(LabelPath(FrontLabelPrefix+t), "true")
+			}
+		}
+	}
 	return p
 }
 

@@ -95,28 +95,28 @@ func TestGrantIsACompareAndSwapOnTheToken(t *testing.T) {
 	}
 }
 
-func TestGrantOnAHeldLeaseNeedsTheLapseMark(t *testing.T) {
-	held := lockLease("a", 4)
-	held.Annotations[locksv1alpha1.LapsedAnnotation] = "4"
-	if !Lapsed(held) {
-		t.Fatal("Lapsed: false for a marked grant")
+func TestNobodyGrantsOnAHeldLease(t *testing.T) {
+	if _, err := GrantPatch(lockLease("a", 4), "b", "", "n", time.Second, now); err == nil {
+		t.Errorf("a grant patch on a held Lease")
 	}
-	p, err := GrantPatch(held, "b", "", "n", time.Second, now)
+	// The controller ends a lapsed grant: the Lease is free, the token
+	// kept, the mark naming it.
+	held := lockLease("a", 4)
+	held.Annotations[GrantNonceAnnotation] = "n-a"
+	lapsed := mustApply(t, held, LapsePatch(held))
+	if Holder(lapsed) != "" || Token(lapsed) != 4 || !Lapsed(lapsed) || lapsed.Annotations[GrantNonceAnnotation] != "" {
+		t.Fatalf("lapsed: holder %q token %d lapsed %v marks %v", Holder(lapsed), Token(lapsed), Lapsed(lapsed), lapsed.Annotations)
+	}
+	p, err := GrantPatch(lapsed, "b", "", "n", time.Second, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := mustApply(t, held, p)
-	if Holder(out) != "b" || Token(out) != 5 || Lapsed(out) {
-		t.Errorf("takeover of a lapsed grant: holder %q token %d lapsed %v", Holder(out), Token(out), Lapsed(out))
+	if out := mustApply(t, lapsed, p); Holder(out) != "b" || Token(out) != 5 || Lapsed(out) {
+		t.Errorf("the grant after a lapse: holder %q token %d lapsed %v", Holder(out), Token(out), Lapsed(out))
 	}
-	unmarked := lockLease("a", 4)
-	if _, err := apply(unmarked, p); err == nil {
-		t.Errorf("took over a grant the controller did not mark lapsed")
-	}
-	stale := lockLease("a", 5)
-	stale.Annotations[locksv1alpha1.LapsedAnnotation] = "4"
-	if Lapsed(stale) {
-		t.Errorf("a mark naming an older token counts as lapsed")
+	// The lapsed holder's renewal, judged on its own copy, does not land.
+	if _, err := apply(lapsed, RenewPatch(held, now)); err == nil {
+		t.Errorf("renewed a grant the controller ended as lapsed")
 	}
 }
 
@@ -202,7 +202,7 @@ func TestBreakAndTheEndOfTheRange(t *testing.T) {
 	}
 }
 
-func TestLapseMarksOnlyTheRecordJudged(t *testing.T) {
+func TestLapseEndsOnlyTheRecordJudged(t *testing.T) {
 	held := lockLease("a", 4)
 	out := mustApply(t, held, LapsePatch(held))
 	if !Lapsed(out) {
@@ -210,7 +210,7 @@ func TestLapseMarksOnlyTheRecordJudged(t *testing.T) {
 	}
 	renewed := mustApply(t, held, RenewPatch(held, now))
 	if _, err := apply(renewed, LapsePatch(held)); err == nil {
-		t.Errorf("marked lapsed a grant renewed since it was judged")
+		t.Errorf("ended as lapsed a grant renewed since it was judged")
 	}
 	free := lockLease("", 4)
 	free.Spec.LeaseTransitions = ptr.To[int32](4)

@@ -203,12 +203,22 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 		start := c.cfg.Clock.Now()
 		obs := c.observer.Observe(info.leaseName, lease.RecordOf(current), start)
 
-		// 4. Another live client under this identity holds or waits: refuse.
+		// 4. A grant or place this client left behind (its release or
+		//    withdrawal failed) is cleared first, then judged afresh;
+		//    another live client under this identity holds or waits: refuse.
+		if lo, ok := c.leftOn(current); ok {
+			if err := c.clearLeftover(ctx, info, lo); err != nil {
+				return nil, hint, fmt.Errorf("%w: %w", errReadFailed, err)
+			}
+			cand = candidate{}
+			continue
+		}
 		if err := c.identityInUse(ctx, current, p); err != nil {
 			return nil, waitHint{}, err
 		}
 
 		// 5. A release handed the lock to this caller's ticket: take it up.
+		c.learnPrincipal(ctx, current, p)
 		if handedToMe(current, c.cfg.Identity, p) {
 			a, err := c.claimHandOff(ctx, info, current, p, start)
 			if err != nil && lostRace(err) {

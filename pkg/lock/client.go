@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -73,7 +74,11 @@ type Client struct {
 	leases   coordinationclient.LeaseInterface
 	writes   coordinationclient.LeaseInterface
 	locks    dynamic.ResourceInterface
+	reviews  authenticationclient.SelfSubjectReviewInterface
 	observer *lease.Observer
+	// left is what this client may have left on the Lease: grants and
+	// places it could not end (see leftover).
+	left leftovers
 
 	mu   sync.Mutex
 	info *lockInfo
@@ -81,6 +86,9 @@ type Client struct {
 	// number of the read info came from.
 	reads, infoSeq uint64
 	last           *coordinationv1.Lease
+	// principal is who this client is to the lease-guard policy, once
+	// asked (see selfPrincipal).
+	principal string
 	// highest is the highest fencing token this client has seen on the
 	// Leases of this lock name, across deletions and re-creations of the
 	// lock: tokens for a name never go back, and this is the client's own
@@ -188,6 +196,7 @@ func NewForClients(cs kubernetes.Interface, dyn dynamic.Interface, cfg Config) (
 		cfg:      cfg,
 		leases:   cs.CoordinationV1().Leases(cfg.Namespace),
 		writes:   cs.CoordinationV1().Leases(cfg.Namespace),
+		reviews:  cs.AuthenticationV1().SelfSubjectReviews(),
 		locks:    dyn.Resource(distributedLocks).Namespace(cfg.Namespace),
 		observer: lease.NewObserver(),
 	}, nil

@@ -383,7 +383,13 @@ func (g *Grant) lose(err error) {
 		}
 		hooks := g.onLost
 		g.onLost = nil
+		recorded := g.lease
 		g.mu.Unlock()
+		if reason := lossReason(err); reason == "expired" || reason == "refused" {
+			// The Lease may still record the grant: this client's own,
+			// ended here, so its next attempt releases it.
+			g.client.leaveBehind(leftoverOfGrant(recorded))
+		}
 		g.cancel(err)
 		close(g.lost)
 		g.log.Error(err, "lost the lock")
@@ -471,11 +477,18 @@ func (g *Grant) Release(ctx context.Context) error {
 			return nil
 		}
 		if !lostRace(err) && !apierrors.IsNotFound(err) {
+			g.client.leaveBehind(leftoverOfGrant(current))
 			return fmt.Errorf("releasing lease %s/%s: %w", g.client.cfg.Namespace, g.info.leaseName, refusal(err))
 		}
-		if current, err = g.reread(ctx); err != nil {
+		fresh, err := g.reread(ctx)
+		if err != nil {
+			if !errors.Is(err, ErrLost) {
+				g.client.leaveBehind(leftoverOfGrant(current))
+			}
 			return fmt.Errorf("%w: nothing released: %w", ErrNotHolder, err)
 		}
+		current = fresh
 	}
+	g.client.leaveBehind(leftoverOfGrant(current))
 	return fmt.Errorf("releasing lease %s/%s: the Lease changed under %d releases in a row", g.client.cfg.Namespace, g.info.leaseName, maxWriteAttempts)
 }

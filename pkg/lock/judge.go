@@ -52,24 +52,53 @@ func (c *Client) lockRecreated(ctx context.Context, l *coordinationv1.Lease, inf
 }
 
 // identityInUse refuses current when another live client uses this
-// client's identity: a live grant to it that is not this caller's (not a
-// hand-off to its ticket), or another place in the queue under it ahead of
-// the caller's. Two processes sharing an identity would otherwise each
-// take the other's records for their own. A lapsed grant under the
-// identity is no such client.
+// client's identity: a grant to it that is not this caller's (not a
+// hand-off to its ticket, not its own grant not taken), or another place in
+// the queue under it ahead of the caller's. Two processes sharing an
+// identity would otherwise each take the other's records for their own.
+// Where the policies record principals, only a grant or place of this
+// client's own principal counts: an identity is a name anyone can write,
+// and another principal's place or grant under it is that principal's,
+// no reason to lock this client out.
 func (c *Client) identityInUse(ctx context.Context, current *coordinationv1.Lease, p *place) error {
 	id := c.cfg.Identity
-	if lease.Holder(current) == id && !lease.Lapsed(current) && !handedToMe(current, id, p) && !landedUncertain(current, id, p) {
+	if lease.Holder(current) == id && !handedToMe(current, id, p) && !landedUncertain(current, id, p) &&
+		c.mine(ctx, p, current.Annotations[locksv1alpha1.HolderPrincipalAnnotation]) {
 		return &IdentityInUseError{Lock: c.LockName(), Identity: id, Holds: true, Token: lease.Token(current)}
+	}
+	if lease.Holder(current) == "" {
+		// On a free lock a place under this identity ahead of the caller
+		// either takes its turn now (then its grant is refused above) or
+		// is dead, and the controller removes it once its turn passed: the
+		// caller waits its turn behind it.
+		return nil
 	}
 	q := lease.Queue(current)
 	mine := slices.IndexFunc(q, func(w lease.Waiter) bool { return w.Ticket == p.ticket })
 	for i, w := range q {
-		if w.Identity == id && w.Ticket != p.ticket && (mine < 0 || i < mine) {
+		if w.Identity == id && w.Ticket != p.ticket && (mine < 0 || i < mine) && c.mine(ctx, p, w.Principal) {
 			return &IdentityInUseError{Lock: c.LockName(), Identity: id, Position: i}
 		}
 	}
 	return nil
+}
+
+// mine reports whether a grant or place recorded as made by principal is
+// this client's principal's ("" where no policy records principals: then
+// it may be). When this client's principal cannot be learnt, it counts as
+// its: the cautious answer for a client that must not share its identity.
+func (c *Client) mine(ctx context.Context, p *place, principal string) bool {
+	if principal == "" {
+		return true
+	}
+	self := p.principal
+	if self == "" {
+		var err error
+		if self, err = c.selfPrincipal(ctx); err != nil {
+			return true
+		}
+	}
+	return principal == self
 }
 
 // heldOrQueued reports whether the caller cannot take the lock now: a
@@ -106,7 +135,7 @@ func (c *Client) heldOrQueued(obs lease.Observation, info lockInfo, position, qu
 // (FreeAt), and looks again then (recheck) if nothing came meanwhile.
 func (c *Client) heldByOther(obs lease.Observation, info lockInfo, now time.Time) (held *HeldError, freeSince, recheck time.Time) {
 	rec := obs.Record
-	if rec.Holder == "" || rec.Lapsed {
+	if rec.Holder == "" {
 		return nil, obs.ObservedAt, time.Time{}
 	}
 	deadline := obs.Deadline(info.duration)

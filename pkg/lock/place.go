@@ -7,9 +7,11 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
@@ -41,6 +43,10 @@ type place struct {
 	// sentRegistration: a registration was sent (it may have landed even
 	// if its answer never came), so a caller that gives up leaves the queue.
 	sentRegistration bool
+	// principal is who the apiserver recorded as having taken the place
+	// (its queued-by annotation, in the registration's answer; "" where no
+	// policy records it): a hand-off to the place belongs to it.
+	principal string
 	// raced: a registration found the Lease changed since the copy it was
 	// judged on (a crowd is registering); the next one is a merge patch,
 	// sent at registerAt (see registrationSpread).
@@ -133,6 +139,7 @@ func (c *Client) register(ctx context.Context, current *coordinationv1.Lease, p 
 		return nil, -1, refusal(err)
 	}
 	c.remember(updated)
+	p.principal = updated.Annotations[lease.QueuedByKey(p.ticket)]
 	c.cfg.Metrics.queued(c.cfg.Namespace, c.cfg.Name)
 	position := lease.Position(updated, p.ticket)
 	c.logger(ctx).V(1).Info("waiting in the lock's queue", "lock", c.LockName(), "position", position)
@@ -140,9 +147,15 @@ func (c *Client) register(ctx context.Context, current *coordinationv1.Lease, p 
 }
 
 // handedToMe reports whether current is a release that handed the lock to
-// the caller's ticket.
+// the caller's ticket: its identity and ticket, and, where the policies
+// record principals, the principal that took the place (a grant bound to
+// another principal is that principal's, whatever it names).
 func handedToMe(current *coordinationv1.Lease, identity string, p *place) bool {
-	return p.ticket != "" && lease.Holder(current) == identity && current.Annotations[lease.TicketAnnotation] == p.ticket
+	if p.ticket == "" || lease.Holder(current) != identity || current.Annotations[lease.TicketAnnotation] != p.ticket {
+		return false
+	}
+	bound := current.Annotations[locksv1alpha1.HolderPrincipalAnnotation]
+	return p.principal == "" || bound == p.principal
 }
 
 // landedUncertain reports whether current is the caller's own grant that
@@ -155,10 +168,15 @@ func landedUncertain(current *coordinationv1.Lease, identity string, p *place) b
 // leaveQueue takes a caller that gave up out of the queue (best effort,
 // bounded). A release that handed it the lock meanwhile, or a grant of its
 // own that it did not take, is handed on or released, so it does not sit
-// on a lock nobody uses.
+// on a lock nobody uses. What it could not end is remembered on the Client
+// (see leftover), and cleared by its next attempt.
 func (c *Client) leaveQueue(info lockInfo, p *place) {
 	if !p.sentRegistration && p.uncertain == 0 {
 		return
+	}
+	lo := leftover{token: p.uncertain, nonce: p.uncertainNonce, ticket: p.ticket}
+	if !p.sentRegistration {
+		lo.ticket = ""
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -168,11 +186,19 @@ func (c *Client) leaveQueue(info lockInfo, p *place) {
 		}
 		return nil, errNothingToDo
 	})
-	if err != nil && !errors.Is(err, errNothingToDo) || p.ticket == "" {
+	if err != nil && !errors.Is(err, errNothingToDo) && !apierrors.IsNotFound(err) {
+		c.leaveBehind(lo)
 		return
 	}
-	if withdrawal, err := lease.Withdrawal(p.ticket); err == nil {
-		_, _ = c.writes.Patch(ctx, info.leaseName, types.MergePatchType, withdrawal, metav1.PatchOptions{})
+	if lo.ticket == "" {
+		return
+	}
+	withdrawal, err := lease.Withdrawal(lo.ticket)
+	if err == nil {
+		_, err = c.writes.Patch(ctx, info.leaseName, types.MergePatchType, withdrawal, metav1.PatchOptions{})
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		c.leaveBehind(leftover{ticket: lo.ticket})
 	}
 }
 
@@ -269,4 +295,24 @@ func earliestTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// learnPrincipal fills in the principal of the caller's place when its
+// registration's answer did not say it: from the place itself while it is
+// queued, or, for a hand-off naming the caller's ticket and bound to a
+// principal, from the apiserver (a hand-off is the caller's only if it is
+// bound to the principal that registered, which is this client).
+func (c *Client) learnPrincipal(ctx context.Context, current *coordinationv1.Lease, p *place) {
+	if p.ticket == "" || p.principal != "" {
+		return
+	}
+	if queuedBy := current.Annotations[lease.QueuedByKey(p.ticket)]; queuedBy != "" {
+		p.principal = queuedBy
+		return
+	}
+	if current.Annotations[lease.TicketAnnotation] == p.ticket && current.Annotations[locksv1alpha1.HolderPrincipalAnnotation] != "" {
+		if self, err := c.selfPrincipal(ctx); err == nil {
+			p.principal = self
+		}
+	}
 }
