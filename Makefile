@@ -52,6 +52,17 @@ test: manifests generate fmt vet k8s-binaries ## Run unit and integration tests 
 	# what those tests check).
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./... -p 1 -count=1 -timeout 25m $(GO_TEST_FLAGS)
 
+# Packages whose tests need no apiserver: pure logic, fake clocks.
+UNIT_PKGS = $(shell go list ./... | grep -v -E '/test/(integration|chaos|e2e)$$|/internal/(bench|demo|localrun)$$')
+
+.PHONY: test-unit
+test-unit: manifests generate fmt vet ## Unit tests only: no apiserver, with -race (seconds).
+	go test -race -count=1 $(UNIT_PKGS) $(GO_TEST_FLAGS)
+
+.PHONY: test-integration
+test-integration: manifests generate fmt vet k8s-binaries ## Integration tests only (test/integration), real kube-apiserver and etcd, with -race.
+	KUBEBUILDER_ASSETS="$(K8S_BIN)" go test -race ./test/integration/ -count=1 -timeout 30m $(GO_TEST_FLAGS)
+
 .PHONY: chaos
 chaos: manifests generate k8s-binaries ## Fault suite, long version (the short one runs in make test).
 	FRONTDESK_CHAOS=long KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./test/chaos/ -count=1 -timeout 30m -v

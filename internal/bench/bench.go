@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"k8s.io/client-go/dynamic"
 	"runtime"
 	"slices"
 	"sync"
@@ -195,9 +196,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, []WritesRow, 
 // measureWrites counts what a renewal and a grant among each number of
 // waiters cost the apiserver.
 func measureWrites(ctx context.Context, cs kubernetes.Interface, env *localrun.Environment, opts Options) ([]WritesRow, error) {
-	dyn, err := dynamicFor(env)
+	dyn, err := dynamic.NewForConfig(env.ControlPlane.Config)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating dynamic client: %w", err)
 	}
 	renewal, err := measureRenewalWrites(ctx, cs, func(cfg lock.Config) (*lock.Client, error) { return lock.NewForClients(cs, dyn, cfg) },
 		"writes-renew", 5*time.Second)
@@ -333,9 +334,9 @@ func measureUncontended(ctx context.Context, cs kubernetes.Interface, env *local
 // was still registering, are a row of their own; the next crowd starts
 // once the one before has joined and waits for its turn.
 func measureHandoffs(ctx context.Context, cs kubernetes.Interface, env *localrun.Environment, opts Options) ([]Row, error) {
-	dyn, err := dynamicFor(env)
+	dyn, err := dynamic.NewForConfig(env.ControlPlane.Config)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating dynamic client: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -454,9 +455,9 @@ func (j *joinedQueue) count() int {
 }
 
 func newClient(cs kubernetes.Interface, env *localrun.Environment, name, identity string) (*lock.Client, error) {
-	dyn, err := dynamicFor(env)
+	dyn, err := dynamic.NewForConfig(env.ControlPlane.Config)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating dynamic client: %w", err)
 	}
 	return lock.NewForClients(cs, dyn, lock.Config{Namespace: namespace, Name: name, Identity: identity})
 }

@@ -8,11 +8,6 @@ import (
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
-// IdentitySeparator separates the pod (or host) name from the per-process
-// suffix in a default identity. It cannot occur in a pod name, so the part
-// before it names the pod (the controller labels that pod).
-const IdentitySeparator = locksv1alpha1.IdentitySeparator
-
 // DefaultIdentity is unique per process incarnation. In a pod whose
 // downward API sets $POD_NAME and $POD_UID it is "<pod>_<uid>_<8 hex>": the
 // controller then marks that pod (and only that pod, checked by UID) as the
@@ -22,7 +17,7 @@ func DefaultIdentity() string {
 	_, _ = rand.Read(suffix)
 	random := hex.EncodeToString(suffix)
 	pod, uid := os.Getenv("POD_NAME"), os.Getenv("POD_UID")
-	if pod != "" && locksv1alpha1.PodUIDOf(pod+IdentitySeparator+uid) != "" {
+	if pod != "" && locksv1alpha1.PodUIDOf(pod+locksv1alpha1.IdentitySeparator+uid) != "" {
 		return locksv1alpha1.PodIdentity(pod, uid, random)
 	}
 	base := pod
@@ -32,7 +27,7 @@ func DefaultIdentity() string {
 	if base == "" {
 		base = "unknown"
 	}
-	return base + IdentitySeparator + random
+	return base + locksv1alpha1.IdentitySeparator + random
 }
 
 // PodNameOf returns the pod (or host) part of an identity made by

@@ -67,7 +67,7 @@ func TestDefaultIdentityIsUniquePerProcessAndNamesThePod(t *testing.T) {
 	t.Setenv("POD_UID", "")
 	t.Setenv("POD_NAME", "")
 	host, _ := os.Hostname()
-	if got := DefaultIdentity(); !strings.HasPrefix(got, host+IdentitySeparator) {
+	if got := DefaultIdentity(); !strings.HasPrefix(got, host+locksv1alpha1.IdentitySeparator) {
 		t.Errorf("without POD_NAME the identity %q does not start with the hostname %q", got, host)
 	}
 }

@@ -221,8 +221,8 @@ func TestSilentHolderLosesBeforeTakeover(t *testing.T) {
 	ga, err := frozen.Acquire(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
 
-	var lostAt time.Time
-	go func() { <-ga.Lost(); lostAt = time.Now() }()
+	lostSeen := make(chan time.Time, 1)
+	go func() { <-ga.Lost(); lostSeen <- time.Now() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	gb, err := newLockClient(t, ns, "billing", "successor").Acquire(ctx)
@@ -234,6 +234,8 @@ func TestSilentHolderLosesBeforeTakeover(t *testing.T) {
 	g.Expect(ga.Lost()).To(BeClosed())
 	g.Expect(ga.Context().Err()).To(HaveOccurred())
 	g.Expect(context.Cause(ga.Context())).To(MatchError(lock.ErrLost))
+	var lostAt time.Time
+	g.Eventually(lostSeen).Should(Receive(&lostAt), "the old holder's Lost channel closed but nothing heard it")
 	g.Expect(lostAt.Before(acquiredAt)).To(BeTrue(), "the old holder learned of its loss at %v, after the takeover at %v", lostAt, acquiredAt)
 	t.Logf("old holder gave up %s before the takeover", acquiredAt.Sub(lostAt).Round(time.Millisecond))
 	g.Expect(ga.Release(context.Background())).To(MatchError(lock.ErrNotHolder))
