@@ -94,11 +94,12 @@ shell would, before acquiring); 128+N if signal N ended the wait for the lock
 			if cmd.ArgsLenAtDash() != 1 {
 				return fmt.Errorf("usage: kubectl lock run NAME [flags] -- COMMAND [ARGS...]")
 			}
-			c, err := o.lockClient(args[0], ro.identity)
+			clk := newBootClock(bootNow)
+			c, err := o.lockClientOn(args[0], ro.identity, clk)
 			if err != nil {
 				return err
 			}
-			return runHolding(cmd.Context(), o, c, ro, args[1:])
+			return runHolding(cmd.Context(), o, c, clk, ro, args[1:])
 		},
 	}
 	cmd.Flags().StringVar(&ro.identity, "identity", "", "Identity to hold the lock as (default: $LOCK_IDENTITY, else pod or host name plus a random suffix).")
@@ -109,7 +110,7 @@ shell would, before acquiring); 128+N if signal N ended the wait for the lock
 
 // runHolding checks the command and the grace, acquires, runs argv while
 // holding the grant, and releases.
-func runHolding(ctx context.Context, o *options, c *lock.Client, ro runOptions, argv []string) error {
+func runHolding(ctx context.Context, o *options, c *lock.Client, clk *bootClock, ro runOptions, argv []string) error {
 	// Listen first: a signal before the command starts (while waiting for
 	// the lock above all) ends kubectl lock run with 128+signal instead of
 	// killing it mid-grant. From here on, the forwarded signals never kill
@@ -142,7 +143,7 @@ func runHolding(ctx context.Context, o *options, c *lock.Client, ro runOptions, 
 		fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: the lease of %s changed to %s since it was read: --grace clamped to %s\n",
 			c.LockName(), t.LeaseDuration, grace.Truncate(10*time.Millisecond))
 	}
-	return holdWhileRunning(o, c, g, t, grace, path, argv, signals)
+	return holdWhileRunning(o, c, clk, g, t, grace, path, argv, signals)
 }
 
 // lookCommand resolves name as a shell would (a name without a slash is
@@ -212,13 +213,14 @@ func acquireForRun(ctx context.Context, o *options, c *lock.Client, wait time.Du
 // the grant is held, and ends the group as the grant's timing says. On
 // every path the group is SIGKILLed and reaped before the grant is
 // released.
-func holdWhileRunning(o *options, c *lock.Client, g *lock.Grant, t lock.Timing, grace time.Duration,
+func holdWhileRunning(o *options, c *lock.Client, clk *bootClock, g *lock.Grant, t lock.Timing, grace time.Duration,
 	path string, argv []string, signals <-chan os.Signal) error {
 	stderr := o.streams.ErrOut
 	if err := becomeSubreaper(); err != nil {
 		fmt.Fprintf(stderr, "kubectl-lock: %v: processes the command leaves behind go to init; they are still killed\n", err)
 	}
-	grp, err := startProcessGroup(stderr)
+	sent := g.ValidUntil()
+	grp, err := startProcessGroup(stderr, killDeadline(clk, sent, t))
 	if err != nil {
 		releaseGrant(o, c, g)
 		return err
@@ -228,6 +230,9 @@ func holdWhileRunning(o *options, c *lock.Client, g *lock.Grant, t lock.Timing, 
 	finish := func(result error) error {
 		if err := grp.reap(reapTimeout); err != nil {
 			return fmt.Errorf("%w; %s not released: it lapses after its lease", err, c.LockName())
+		}
+		if grp.expiredAfterReap() && !isExit(result, ExitLeaseLost) {
+			result = ranOutError(c, argv)
 		}
 		if g.Err() == nil {
 			releaseGrant(o, c, g)
@@ -275,6 +280,9 @@ func holdWhileRunning(o *options, c *lock.Client, g *lock.Grant, t lock.Timing, 
 		timer.Reset(time.Until(next))
 	}
 	arm()
+	// The watchdog's deadline follows each renewal that got through.
+	extendTick := time.NewTicker(t.RenewInterval / 4)
+	defer extendTick.Stop()
 	sinceRenewal := func() time.Duration {
 		return time.Since(g.ValidUntil().Add(-t.SafeWindow())).Round(time.Millisecond)
 	}
@@ -284,6 +292,27 @@ wait:
 		case sig := <-signals:
 			grp.signal(sig.(syscall.Signal))
 		case waitErr = <-exited:
+			break wait
+		case <-extendTick.C:
+			if vu := g.ValidUntil(); !vu.Equal(sent) {
+				// A failed write means the watchdog died: gone says so.
+				_ = grp.extend(killDeadline(clk, vu, t))
+				sent = vu
+			}
+		case <-grp.expired:
+			// The watchdog SIGKILLed the group, and said so.
+			ranOut = true
+			waitErr = <-exited
+			break wait
+		case <-grp.gone:
+			select {
+			case <-grp.expired:
+			default:
+				grp.kill()
+				fmt.Fprintf(stderr, "kubectl-lock: the watchdog of %s's process group died: SIGKILL to the group\n", argv[0])
+			}
+			ranOut = true
+			waitErr = <-exited
 			break wait
 		case <-g.Lost():
 			grp.kill()
@@ -316,8 +345,7 @@ wait:
 		// Lost while the command ran, even if it ended by itself.
 		return finish(lostError(c, argv, g.Err()))
 	case ranOut:
-		return finish(&ExitError{Code: ExitLeaseLost,
-			Err: fmt.Errorf("lease on %s ran out while %s ran: renewals failed, and it was terminated", c.LockName(), argv[0])})
+		return finish(ranOutError(c, argv))
 	default:
 		return finish(exitStatus(waitErr))
 	}
@@ -335,6 +363,19 @@ func releaseGrant(o *options, c *lock.Client, g *lock.Grant) {
 	if err := g.Release(ctx); err != nil && !errors.Is(err, lock.ErrNotHolder) {
 		fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: releasing %s: %v (it lapses after its lease)\n", c.LockName(), err)
 	}
+}
+
+// ranOutError is the error of a command that was terminated because the
+// grant's deadline passed without a renewal.
+func ranOutError(c *lock.Client, argv []string) error {
+	return &ExitError{Code: ExitLeaseLost,
+		Err: fmt.Errorf("lease on %s ran out while %s ran: renewals did not get through in time, and it was terminated", c.LockName(), argv[0])}
+}
+
+// isExit reports whether err is an ExitError with code.
+func isExit(err error, code int) bool {
+	var exit *ExitError
+	return errors.As(err, &exit) && exit.Code == code
 }
 
 func lostError(c *lock.Client, argv []string, cause error) error {
