@@ -77,10 +77,16 @@ dead before the lease can lapse for anyone else:
 
   When the command exits (by itself, or on a signal forwarded to it), what is
   left of its process group is SIGKILLed and reaped before the lock is
-  released. If kubectl lock run itself dies, even by SIGKILL, a watchdog
-  process leading the group SIGKILLs it (on Linux the command also has
-  SIGKILL as its parent-death signal). Processes that leave the group
-  (setsid, setpgid) are out of reach.
+  released. A watchdog process leads the group and holds that SIGKILL
+  deadline too, on the boot clock: kubectl lock run extends it after each
+  renewal that gets through. So the group gets SIGKILL in time also if
+  kubectl lock run itself stalls (stopped, starved of CPU, in a debugger);
+  and at once if it dies, even by SIGKILL (on Linux the command also has
+  SIGKILL as its parent-death signal). If the watchdog dies alone, kubectl
+  lock run SIGKILLs the group. Processes that leave the group (setsid,
+  setpgid) are out of reach, and a freeze of everything at once (the
+  cgroup, the VM, a suspend) stops the watchdog with the command: write
+  with FENCING_TOKEN, the backstop for that.
 
 The command cannot read from an interactive terminal (its group is not the
 terminal's foreground group).
@@ -260,91 +266,13 @@ func holdWhileRunning(o *options, c *lock.Client, clk *bootClock, g *lock.Grant,
 		return finish(&ExitError{Code: ExitCommandNotExecutable, Err: fmt.Errorf("starting %s: %w", argv[0], err)})
 	}
 
-	var (
-		waitErr error
-		// ranOut is set once the group got SIGTERM or SIGKILL because
-		// renewals were failing.
-		ranOut   bool
-		termSent bool
-	)
-	// One timer, at the next deadline: SIGTERM, then SIGKILL. Renewals
-	// move the deadlines, so it is re-armed from ValidUntil when it fires.
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	arm := func() {
-		term, kill := deadlines(g.ValidUntil(), t, grace)
-		next := kill
-		if !termSent && grace > 0 {
-			next = term
-		}
-		timer.Reset(time.Until(next))
-	}
-	arm()
-	// The watchdog's deadline follows each renewal that got through.
-	extendTick := time.NewTicker(t.RenewInterval / 4)
-	defer extendTick.Stop()
-	sinceRenewal := func() time.Duration {
-		return time.Since(g.ValidUntil().Add(-t.SafeWindow())).Round(time.Millisecond)
-	}
-wait:
-	for {
-		select {
-		case sig := <-signals:
-			grp.signal(sig.(syscall.Signal))
-		case waitErr = <-exited:
-			break wait
-		case <-extendTick.C:
-			if vu := g.ValidUntil(); !vu.Equal(sent) {
-				// A failed write means the watchdog died: gone says so.
-				_ = grp.extend(killDeadline(clk, vu, t))
-				sent = vu
-			}
-		case <-grp.expired:
-			// The watchdog SIGKILLed the group, and said so.
-			ranOut = true
-			waitErr = <-exited
-			break wait
-		case <-grp.gone:
-			select {
-			case <-grp.expired:
-			default:
-				grp.kill()
-				fmt.Fprintf(stderr, "kubectl-lock: the watchdog of %s's process group died: SIGKILL to the group\n", argv[0])
-			}
-			ranOut = true
-			waitErr = <-exited
-			break wait
-		case <-g.Lost():
-			grp.kill()
-			fmt.Fprintf(stderr, "kubectl-lock: lease on %s lost (%v); SIGKILL to %s's process group\n", c.LockName(), g.Err(), argv[0])
-			waitErr = <-exited
-			break wait
-		case <-timer.C:
-			term, kill := deadlines(g.ValidUntil(), t, grace)
-			now := time.Now()
-			switch {
-			case !now.Before(kill):
-				grp.kill()
-				ranOut = true
-				fmt.Fprintf(stderr, "kubectl-lock: no renewal of the lease on %s got through for %s: SIGKILL to %s's process group, before the lease could lapse\n",
-					c.LockName(), sinceRenewal(), argv[0])
-				waitErr = <-exited
-				break wait
-			case !termSent && grace > 0 && !now.Before(term):
-				grp.signal(syscall.SIGTERM)
-				ranOut, termSent = true, true
-				fmt.Fprintf(stderr, "kubectl-lock: no renewal of the lease on %s got through for %s: SIGTERM to %s's process group; SIGKILL in %s (--grace %s) unless one does\n",
-					c.LockName(), sinceRenewal(), argv[0], kill.Sub(now).Round(time.Millisecond), grace.Truncate(time.Millisecond))
-			}
-			arm()
-		}
-	}
-
+	w := &commandWatch{c: c, clk: clk, g: g, t: t, grace: grace, grp: grp, name: argv[0], stderr: stderr, sent: sent}
+	waitErr := w.wait(exited, signals)
 	switch {
 	case g.Err() != nil:
 		// Lost while the command ran, even if it ended by itself.
 		return finish(lostError(c, argv, g.Err()))
-	case ranOut:
+	case w.ranOut:
 		return finish(ranOutError(c, argv))
 	default:
 		return finish(exitStatus(waitErr))
