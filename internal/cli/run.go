@@ -77,9 +77,10 @@ dead before the lease can lapse for anyone else:
 
   When the command exits (by itself, or on a signal forwarded to it), what is
   left of its process group is SIGKILLed and reaped before the lock is
-  released. A watchdog process leads the group and holds that SIGKILL
-  deadline too, on the boot clock: kubectl lock run extends it after each
-  renewal that gets through. So the group gets SIGKILL in time also if
+  released. A watchdog process leads the group and holds a SIGKILL
+  deadline of its own, on the boot clock: the end of the safe window, half
+  the margin after the SIGKILL above, which kubectl lock run extends after
+  each renewal that gets through. So the group gets SIGKILL in time also if
   kubectl lock run itself stalls (stopped, starved of CPU, in a debugger);
   and at once if it dies, even by SIGKILL (on Linux the command also has
   SIGKILL as its parent-death signal). If the watchdog dies alone, kubectl
@@ -226,7 +227,7 @@ func holdWhileRunning(o *options, c *lock.Client, clk *bootClock, g *lock.Grant,
 		fmt.Fprintf(stderr, "kubectl-lock: %v: processes the command leaves behind go to init; they are still killed\n", err)
 	}
 	sent := g.ValidUntil()
-	grp, err := startProcessGroup(stderr, killDeadline(clk, sent, t))
+	grp, err := startProcessGroup(stderr, watchdogDeadline(clk, sent, t))
 	if err != nil {
 		releaseGrant(o, c, g)
 		return err

@@ -69,12 +69,13 @@ func readDeadlines(r io.Reader) <-chan time.Duration {
 	return deadlines
 }
 
-// killDeadline is when the watchdog must SIGKILL the command's group for a
-// grant safe until validUntil with Timing t: the SIGKILL time of deadlines,
-// on the deadline clock, counted from the start of the write that made
-// validUntil (never later than it).
-func killDeadline(clk *bootClock, validUntil time.Time, t lock.Timing) time.Duration {
-	start := validUntil.Add(-t.SafeWindow())
-	_, kill := deadlines(validUntil, t, 0)
-	return clk.toDeadline(start) + kill.Sub(start)
+// watchdogDeadline is when the watchdog must SIGKILL the command's group
+// for a grant safe until validUntil with Timing t: validUntil itself, on
+// the deadline clock, counted from the start of the write that made it
+// (never later). That is half the safety margin after kubectl lock run's
+// own SIGKILL (see deadlines), so that a running kubectl lock run acts
+// first, and still the whole margin before the lease could lapse for
+// anyone else.
+func watchdogDeadline(clk *bootClock, validUntil time.Time, t lock.Timing) time.Duration {
+	return clk.toDeadline(validUntil.Add(-t.SafeWindow())) + t.SafeWindow()
 }

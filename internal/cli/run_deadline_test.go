@@ -150,9 +150,10 @@ func TestBootClockToDeadline(t *testing.T) {
 	}
 }
 
-// killDeadline on the deadline clock is the SIGKILL time of deadlines,
-// counted from the start of the renewal: ValidUntil less the safe window.
-func TestKillDeadline(t *testing.T) {
+// watchdogDeadline on the deadline clock is ValidUntil, counted from the
+// start of the renewal: after run's own SIGKILL, before the lease could
+// lapse.
+func TestWatchdogDeadline(t *testing.T) {
 	boot := 50 * time.Second
 	clk := newBootClock(func() time.Duration { return boot })
 	timing := lock.Timing{LeaseDuration: 3 * time.Second, RenewInterval: time.Second, SafetyMargin: 160 * time.Millisecond}
@@ -160,12 +161,15 @@ func TestKillDeadline(t *testing.T) {
 	boot += time.Hour // later readings must not matter
 	clk.Now()
 	validUntil := start.Add(timing.SafeWindow())
-	got := killDeadline(clk, validUntil, timing)
-	want := 50*time.Second + timing.SafeWindow() - killLead(timing)
-	if got != want {
-		t.Errorf("kill deadline %s, want %s", got, want)
+	got := watchdogDeadline(clk, validUntil, timing)
+	if want := 50*time.Second + timing.SafeWindow(); got != want {
+		t.Errorf("watchdog deadline %s, want %s", got, want)
+	}
+	_, kill := deadlines(validUntil, timing, 0)
+	if runKill := 50*time.Second + kill.Sub(start); got <= runKill {
+		t.Errorf("watchdog deadline %s is not after run's own SIGKILL (%s)", got, runKill)
 	}
 	if lapse := 50*time.Second + timing.LeaseDuration; got >= lapse {
-		t.Errorf("kill deadline %s is not before the lease could lapse (%s)", got, lapse)
+		t.Errorf("watchdog deadline %s is not before the lease could lapse (%s)", got, lapse)
 	}
 }

@@ -86,7 +86,7 @@ func (w *commandWatch) arm() {
 func (w *commandWatch) extend() {
 	if vu := w.g.ValidUntil(); !vu.Equal(w.sent) {
 		// A failed write means the watchdog died: grp.gone says so.
-		_ = w.grp.extend(killDeadline(w.clk, vu, w.t))
+		_ = w.grp.extend(watchdogDeadline(w.clk, vu, w.t))
 		w.sent = vu
 	}
 }
