@@ -13,6 +13,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 )
@@ -127,6 +128,12 @@ func (o *options) clients() (kubernetes.Interface, dynamic.Interface, error) {
 
 // lockClient returns a lock client for name as identity.
 func (o *options) lockClient(name, identity string) (*lock.Client, error) {
+	return o.lockClientOn(name, identity, nil)
+}
+
+// lockClientOn returns a lock client for name as identity on clk (nil: the
+// real clock).
+func (o *options) lockClientOn(name, identity string, clk clock.WithTickerAndDelayedExecution) (*lock.Client, error) {
 	ns, err := o.namespace()
 	if err != nil {
 		return nil, err
@@ -138,7 +145,7 @@ func (o *options) lockClient(name, identity string) (*lock.Client, error) {
 	if identity == "" {
 		identity = defaultIdentity()
 	}
-	return lock.NewForClients(cs, dyn, lock.Config{Namespace: ns, Name: name, Identity: identity})
+	return lock.NewForClients(cs, dyn, lock.Config{Namespace: ns, Name: name, Identity: identity, Clock: clk})
 }
 
 // defaultIdentity is the identity used when --identity is not given.

@@ -77,10 +77,17 @@ dead before the lease can lapse for anyone else:
 
   When the command exits (by itself, or on a signal forwarded to it), what is
   left of its process group is SIGKILLed and reaped before the lock is
-  released. If kubectl lock run itself dies, even by SIGKILL, a watchdog
-  process leading the group SIGKILLs it (on Linux the command also has
-  SIGKILL as its parent-death signal). Processes that leave the group
-  (setsid, setpgid) are out of reach.
+  released. A watchdog process leads the group and holds a SIGKILL
+  deadline of its own, on the boot clock: the end of the safe window, half
+  the margin after the SIGKILL above, which kubectl lock run extends after
+  each renewal that gets through. So the group gets SIGKILL in time also if
+  kubectl lock run itself stalls (stopped, starved of CPU, in a debugger);
+  and at once if it dies, even by SIGKILL (on Linux the command also has
+  SIGKILL as its parent-death signal). If the watchdog dies alone, kubectl
+  lock run SIGKILLs the group. Processes that leave the group (setsid,
+  setpgid) are out of reach, and a freeze of everything at once (the
+  cgroup, the VM, a suspend) stops the watchdog with the command: write
+  with FENCING_TOKEN, the backstop for that.
 
 The command cannot read from an interactive terminal (its group is not the
 terminal's foreground group).
@@ -94,11 +101,12 @@ shell would, before acquiring); 128+N if signal N ended the wait for the lock
 			if cmd.ArgsLenAtDash() != 1 {
 				return fmt.Errorf("usage: kubectl lock run NAME [flags] -- COMMAND [ARGS...]")
 			}
-			c, err := o.lockClient(args[0], ro.identity)
+			clk := newBootClock(bootNow)
+			c, err := o.lockClientOn(args[0], ro.identity, clk)
 			if err != nil {
 				return err
 			}
-			return runHolding(cmd.Context(), o, c, ro, args[1:])
+			return runHolding(cmd.Context(), o, c, clk, ro, args[1:])
 		},
 	}
 	cmd.Flags().StringVar(&ro.identity, "identity", "", "Identity to hold the lock as (default: $LOCK_IDENTITY, else pod or host name plus a random suffix).")
@@ -109,7 +117,7 @@ shell would, before acquiring); 128+N if signal N ended the wait for the lock
 
 // runHolding checks the command and the grace, acquires, runs argv while
 // holding the grant, and releases.
-func runHolding(ctx context.Context, o *options, c *lock.Client, ro runOptions, argv []string) error {
+func runHolding(ctx context.Context, o *options, c *lock.Client, clk *bootClock, ro runOptions, argv []string) error {
 	// Listen first: a signal before the command starts (while waiting for
 	// the lock above all) ends kubectl lock run with 128+signal instead of
 	// killing it mid-grant. From here on, the forwarded signals never kill
@@ -142,7 +150,7 @@ func runHolding(ctx context.Context, o *options, c *lock.Client, ro runOptions, 
 		fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: the lease of %s changed to %s since it was read: --grace clamped to %s\n",
 			c.LockName(), t.LeaseDuration, grace.Truncate(10*time.Millisecond))
 	}
-	return holdWhileRunning(o, c, g, t, grace, path, argv, signals)
+	return holdWhileRunning(o, c, clk, g, t, grace, path, argv, signals)
 }
 
 // lookCommand resolves name as a shell would (a name without a slash is
@@ -212,13 +220,14 @@ func acquireForRun(ctx context.Context, o *options, c *lock.Client, wait time.Du
 // the grant is held, and ends the group as the grant's timing says. On
 // every path the group is SIGKILLed and reaped before the grant is
 // released.
-func holdWhileRunning(o *options, c *lock.Client, g *lock.Grant, t lock.Timing, grace time.Duration,
+func holdWhileRunning(o *options, c *lock.Client, clk *bootClock, g *lock.Grant, t lock.Timing, grace time.Duration,
 	path string, argv []string, signals <-chan os.Signal) error {
 	stderr := o.streams.ErrOut
 	if err := becomeSubreaper(); err != nil {
 		fmt.Fprintf(stderr, "kubectl-lock: %v: processes the command leaves behind go to init; they are still killed\n", err)
 	}
-	grp, err := startProcessGroup(stderr)
+	sent := g.ValidUntil()
+	grp, err := startProcessGroup(stderr, watchdogDeadline(clk, sent, t))
 	if err != nil {
 		releaseGrant(o, c, g)
 		return err
@@ -228,6 +237,9 @@ func holdWhileRunning(o *options, c *lock.Client, g *lock.Grant, t lock.Timing, 
 	finish := func(result error) error {
 		if err := grp.reap(reapTimeout); err != nil {
 			return fmt.Errorf("%w; %s not released: it lapses after its lease", err, c.LockName())
+		}
+		if grp.expiredAfterReap() && !isExit(result, ExitLeaseLost) {
+			result = ranOutError(c, argv)
 		}
 		if g.Err() == nil {
 			releaseGrant(o, c, g)
@@ -255,69 +267,14 @@ func holdWhileRunning(o *options, c *lock.Client, g *lock.Grant, t lock.Timing, 
 		return finish(&ExitError{Code: ExitCommandNotExecutable, Err: fmt.Errorf("starting %s: %w", argv[0], err)})
 	}
 
-	var (
-		waitErr error
-		// ranOut is set once the group got SIGTERM or SIGKILL because
-		// renewals were failing.
-		ranOut   bool
-		termSent bool
-	)
-	// One timer, at the next deadline: SIGTERM, then SIGKILL. Renewals
-	// move the deadlines, so it is re-armed from ValidUntil when it fires.
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	arm := func() {
-		term, kill := deadlines(g.ValidUntil(), t, grace)
-		next := kill
-		if !termSent && grace > 0 {
-			next = term
-		}
-		timer.Reset(time.Until(next))
-	}
-	arm()
-	sinceRenewal := func() time.Duration {
-		return time.Since(g.ValidUntil().Add(-t.SafeWindow())).Round(time.Millisecond)
-	}
-wait:
-	for {
-		select {
-		case sig := <-signals:
-			grp.signal(sig.(syscall.Signal))
-		case waitErr = <-exited:
-			break wait
-		case <-g.Lost():
-			grp.kill()
-			fmt.Fprintf(stderr, "kubectl-lock: lease on %s lost (%v); SIGKILL to %s's process group\n", c.LockName(), g.Err(), argv[0])
-			waitErr = <-exited
-			break wait
-		case <-timer.C:
-			term, kill := deadlines(g.ValidUntil(), t, grace)
-			now := time.Now()
-			switch {
-			case !now.Before(kill):
-				grp.kill()
-				ranOut = true
-				fmt.Fprintf(stderr, "kubectl-lock: no renewal of the lease on %s got through for %s: SIGKILL to %s's process group, before the lease could lapse\n",
-					c.LockName(), sinceRenewal(), argv[0])
-				waitErr = <-exited
-				break wait
-			case !termSent && grace > 0 && !now.Before(term):
-				grp.signal(syscall.SIGTERM)
-				ranOut, termSent = true, true
-				fmt.Fprintf(stderr, "kubectl-lock: no renewal of the lease on %s got through for %s: SIGTERM to %s's process group; SIGKILL in %s (--grace %s) unless one does\n",
-					c.LockName(), sinceRenewal(), argv[0], kill.Sub(now).Round(time.Millisecond), grace.Truncate(time.Millisecond))
-			}
-			arm()
-		}
-	}
-
+	w := &commandWatch{c: c, clk: clk, g: g, t: t, grace: grace, grp: grp, name: argv[0], stderr: stderr, sent: sent}
+	waitErr := w.wait(exited, signals)
 	switch {
 	case g.Err() != nil:
 		// Lost while the command ran, even if it ended by itself.
 		return finish(lostError(c, argv, g.Err()))
-	case ranOut:
-		return finish(&ExitError{Code: ExitLeaseLost,
-			Err: fmt.Errorf("lease on %s ran out while %s ran: renewals failed, and it was terminated", c.LockName(), argv[0])})
+	case w.ranOut:
+		return finish(ranOutError(c, argv))
 	default:
 		return finish(exitStatus(waitErr))
 	}
@@ -335,6 +292,19 @@ func releaseGrant(o *options, c *lock.Client, g *lock.Grant) {
 	if err := g.Release(ctx); err != nil && !errors.Is(err, lock.ErrNotHolder) {
 		fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: releasing %s: %v (it lapses after its lease)\n", c.LockName(), err)
 	}
+}
+
+// ranOutError is the error of a command that was terminated because the
+// grant's deadline passed without a renewal.
+func ranOutError(c *lock.Client, argv []string) error {
+	return &ExitError{Code: ExitLeaseLost,
+		Err: fmt.Errorf("lease on %s ran out while %s ran: renewals did not get through in time, and it was terminated", c.LockName(), argv[0])}
+}
+
+// isExit reports whether err is an ExitError with code.
+func isExit(err error, code int) bool {
+	var exit *ExitError
+	return errors.As(err, &exit) && exit.Code == code
 }
 
 func lostError(c *lock.Client, argv []string, cause error) error {

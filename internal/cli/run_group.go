@@ -18,27 +18,39 @@ import (
 // does. It is not meant to be typed.
 const WatchdogArg = "__run-watchdog"
 
-// watchdogReady is what the watchdog writes once it ignores signals.
-const watchdogReady = "ok\n"
+// watchdogReady is what the watchdog writes once it ignores signals and
+// holds its first deadline; watchdogExpired what it writes when that
+// deadline passed without extension, just before it SIGKILLs the group.
+const (
+	watchdogReady   = "ok\n"
+	watchdogExpired = "expired\n"
+)
 
 // processGroup is the process group a command runs in. Its leader is a
 // watchdog process (this binary again, in WatchdogArg mode) that holds the
-// read end of a pipe whose write end only kubectl lock run holds. When that
-// end closes, because kubectl lock run exited or was killed, even by
-// SIGKILL, the watchdog SIGKILLs the whole group, itself included. The
-// group ID is the watchdog's pid, known before the command starts; and
-// while the watchdog is unreaped, that ID cannot be reused.
+// read end of a pipe whose write end only kubectl lock run holds. Over it,
+// kubectl lock run sends deadlines (see extend); the watchdog SIGKILLs the
+// whole group, itself included, when the latest deadline passes, and when
+// the pipe closes because kubectl lock run exited or was killed, even by
+// SIGKILL. So a stalled kubectl lock run (stopped, starved of CPU) cannot
+// keep the command running past its deadline. The group ID is the
+// watchdog's pid, known before the command starts; and while the watchdog
+// is unreaped, that ID cannot be reused.
 type processGroup struct {
 	pgid     int
 	watchdog *os.Process
 	// lifeline is the write end of the watchdog's pipe.
 	lifeline *os.File
+	// expired is closed when the watchdog reports that its deadline
+	// passed; gone when its report pipe closes (it died).
+	expired, gone chan struct{}
 }
 
-// startProcessGroup starts the watchdog and waits until it is ready: it
-// leads its own group and ignores the signals that are forwarded to the
-// group.
-func startProcessGroup(stderr io.Writer) (*processGroup, error) {
+// startProcessGroup starts the watchdog with first as its deadline (on the
+// deadline clock, bootNow), and waits until it is ready: it leads its own
+// group, ignores the signals that are forwarded to the group, and holds the
+// deadline. Only then may a command start in the group.
+func startProcessGroup(stderr io.Writer, first time.Duration) (*processGroup, error) {
 	self, err := selfExecutable()
 	if err != nil {
 		return nil, fmt.Errorf("starting the watchdog: finding this executable: %w", err)
@@ -47,38 +59,90 @@ func startProcessGroup(stderr io.Writer) (*processGroup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the watchdog: %w", err)
 	}
-	readyR, readyW, err := os.Pipe()
+	reportR, reportW, err := os.Pipe()
 	if err != nil {
 		lifeR.Close()
 		lifeW.Close()
 		return nil, fmt.Errorf("starting the watchdog: %w", err)
 	}
-	defer readyR.Close()
 	errFile, _ := stderr.(*os.File)
 	p, err := os.StartProcess(self, []string{os.Args[0], WatchdogArg}, &os.ProcAttr{
 		Dir:   "/",
-		Files: []*os.File{lifeR, readyW, errFile},
+		Files: []*os.File{lifeR, reportW, errFile},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
 	lifeR.Close()
-	readyW.Close()
+	reportW.Close()
 	if err != nil {
 		lifeW.Close()
+		reportR.Close()
 		return nil, fmt.Errorf("starting the watchdog %s: %w", self, err)
 	}
-	grp := &processGroup{pgid: p.Pid, watchdog: p, lifeline: lifeW}
-	_ = readyR.SetReadDeadline(time.Now().Add(30 * time.Second))
-	buf := make([]byte, len(watchdogReady))
-	if _, err := io.ReadFull(readyR, buf); err != nil || string(buf) != watchdogReady {
+	grp := &processGroup{pgid: p.Pid, watchdog: p, lifeline: lifeW, expired: make(chan struct{}), gone: make(chan struct{})}
+	if err := grp.awaitReady(reportR, first); err != nil {
+		reportR.Close()
 		_ = grp.reap(5 * time.Second)
-		return nil, fmt.Errorf("starting the watchdog %s: it did not report ready: %v", self, err)
+		return nil, fmt.Errorf("starting the watchdog %s: %w", self, err)
 	}
+	go grp.readReport(reportR)
 	return grp, nil
 }
 
+// awaitReady sends the watchdog its first deadline and waits for it to
+// report ready.
+func (grp *processGroup) awaitReady(report *os.File, first time.Duration) error {
+	if err := grp.extend(first); err != nil {
+		return err
+	}
+	_ = report.SetReadDeadline(time.Now().Add(30 * time.Second))
+	buf := make([]byte, len(watchdogReady))
+	if _, err := io.ReadFull(report, buf); err != nil || string(buf) != watchdogReady {
+		return fmt.Errorf("it did not report ready: %v", err)
+	}
+	_ = report.SetReadDeadline(time.Time{})
+	return nil
+}
+
+// readReport closes grp.expired if the watchdog reports its deadline
+// passed, and grp.gone once it has died (its report pipe closed).
+func (grp *processGroup) readReport(report *os.File) {
+	defer close(grp.gone)
+	defer report.Close()
+	buf := make([]byte, len(watchdogExpired))
+	if _, err := io.ReadFull(report, buf); err == nil && string(buf) == watchdogExpired {
+		close(grp.expired)
+	}
+	_, _ = io.Copy(io.Discard, report)
+}
+
+// extend sets the watchdog's deadline, on the deadline clock (bootNow).
+// Only a deadline strictly before the lease could lapse for anyone else
+// may be sent.
+func (grp *processGroup) extend(deadline time.Duration) error {
+	return writeDeadline(grp.lifeline, deadline)
+}
+
+// expiredAfterReap reports whether the watchdog SIGKILLed the group because
+// its deadline passed. Call it after reap: the watchdog is dead, so its
+// report is complete.
+func (grp *processGroup) expiredAfterReap() bool {
+	select {
+	case <-grp.gone:
+	case <-time.After(time.Second):
+	}
+	select {
+	case <-grp.expired:
+		return true
+	default:
+		return false
+	}
+}
+
 // RunWatchdog is the watchdog's main (see processGroup): it ignores the
-// signals kubectl lock run forwards to the group, reports ready on stdout,
-// waits for EOF on stdin, then SIGKILLs its process group.
+// signals kubectl lock run forwards to the group, reads its first deadline
+// from stdin, reports ready on stdout, and then SIGKILLs its process group
+// when the latest deadline read from stdin passes (saying so on stdout and
+// stderr first) or at EOF on stdin.
 func RunWatchdog() int {
 	ignored := []os.Signal{syscall.SIGPIPE, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}
 	signal.Ignore(append(ignored, forwardedSignals...)...)
@@ -87,13 +151,18 @@ func RunWatchdog() int {
 		fmt.Fprintln(os.Stderr, "kubectl-lock: "+WatchdogArg+" is started by kubectl lock run as the leader of its command's process group")
 		return 2
 	}
-	if _, err := os.Stdout.WriteString(watchdogReady); err != nil {
-		return 2
+	// Any read error or malformed deadline closes deadlines, which ends
+	// the watch as EOF does.
+	deadlines := readDeadlines(os.Stdin)
+	first, ok := <-deadlines
+	if ok {
+		if _, err := os.Stdout.WriteString(watchdogReady); err == nil &&
+			awaitDeadline(first, deadlines, bootNow, time.After) {
+			_, _ = os.Stdout.WriteString(watchdogExpired)
+			fmt.Fprintln(os.Stderr, "kubectl-lock: kubectl lock run did not extend the deadline of its command's process group "+
+				"(it is stalled, or renewals are not getting through): SIGKILL to the group, before the lease could lapse")
+		}
 	}
-	os.Stdout.Close()
-	// Returns at EOF: kubectl lock run closed the pipe or died. Any error
-	// ends the watch the same way.
-	_, _ = io.Copy(io.Discard, os.Stdin)
 	_ = syscall.Kill(0, syscall.SIGKILL)
 	return 1 // not reached: SIGKILL includes this process
 }

@@ -3,6 +3,9 @@ package cli
 import (
 	"fmt"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // prSetChildSubreaper is PR_SET_CHILD_SUBREAPER from linux/prctl.h.
@@ -26,4 +29,15 @@ func selfExecutable() (string, error) { return "/proc/self/exe", nil }
 // its parent-death signal.
 func groupMemberAttr(pgid int) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pgid: pgid, Pdeathsig: syscall.SIGKILL}
+}
+
+// bootNow reads the watchdog's deadline clock: CLOCK_BOOTTIME, which,
+// unlike the Go runtime's monotonic clock, keeps counting while the
+// machine is suspended.
+func bootNow() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		panic(fmt.Sprintf("clock_gettime(CLOCK_BOOTTIME): %v", err))
+	}
+	return time.Duration(ts.Nano())
 }

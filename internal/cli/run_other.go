@@ -3,8 +3,12 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // becomeSubreaper: only Linux has child subreapers. Elsewhere a process the
@@ -18,4 +22,14 @@ func selfExecutable() (string, error) { return os.Executable() }
 // parent-death signal outside Linux; the watchdog covers it.
 func groupMemberAttr(pgid int) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
+}
+
+// bootNow reads the watchdog's deadline clock: CLOCK_MONOTONIC, shared by
+// all processes (there is no CLOCK_BOOTTIME outside Linux).
+func bootNow() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(fmt.Sprintf("clock_gettime(CLOCK_MONOTONIC): %v", err))
+	}
+	return time.Duration(ts.Nano())
 }
