@@ -323,3 +323,24 @@ func SetQueue(l *coordinationv1.Lease, q []Waiter) *coordinationv1.Lease {
 	}
 	return relabelFront(l)
 }
+
+// Registered is current (not modified) with each of ws registered in its
+// queue, in that order, behind everyone already there: what an Update of
+// the result writes exactly (a compare-and-swap on the copy current). The
+// controller registers the pods it queues this way, oldest first.
+func Registered(current *coordinationv1.Lease, ws []Waiter) (*coordinationv1.Lease, error) {
+	out := current
+	for _, w := range ws {
+		p, _, err := ExactRegistration(out, w)
+		if err != nil {
+			return nil, err
+		}
+		if out, err = p.ApplyTo(out); err != nil {
+			return nil, err
+		}
+	}
+	if out == current {
+		out = current.DeepCopy()
+	}
+	return out, nil
+}

@@ -167,3 +167,26 @@ func TestRegistrationLabelsTheFront(t *testing.T) {
 		t.Errorf("FrontSelector: %q", sel)
 	}
 }
+
+func TestRegisteredKeepsOrderBehindExistingPlaces(t *testing.T) {
+	l := &coordinationv1.Lease{}
+	l.Labels = map[string]string{"locks.frontdesk.dev/lock": "billing"}
+	l = SetQueue(l, []Waiter{{Identity: "cli", Ticket: "t0"}})
+	out, err := Registered(l, []Waiter{{Identity: "a_1", Ticket: "pod-1"}, {Identity: "b_2", Ticket: "pod-2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range Queue(out) {
+		got = append(got, w.Ticket)
+	}
+	if want := []string{"t0", "pod-1", "pod-2"}; !slices.Equal(got, want) {
+		t.Fatalf("queue %v, want %v", got, want)
+	}
+	if len(Queue(l)) != 1 {
+		t.Fatal("Registered modified its input")
+	}
+	if out.Labels[FrontLabelPrefix+"pod-1"] != "true" || out.Labels[FrontLabelPrefix+"pod-2"] != "" {
+		t.Fatalf("front labels %v", out.Labels)
+	}
+}
