@@ -57,4 +57,19 @@ const (
 	EventLeaseHandedBack = "LeaseHandedBack"
 	// EventSelectorInvalid: spec.candidates.podSelector cannot select pods.
 	EventSelectorInvalid = "SelectorInvalid"
+	// EventPodAdmitted: the controller granted the lock to a gated pod,
+	// wrote its token annotation and removed its scheduling gate.
+	EventPodAdmitted = "PodAdmitted"
+	// EventPodReleased: the controller ended the grant it held for an
+	// admitted pod (finished, gone, or its node stopped reporting).
+	EventPodReleased = "PodReleased"
+	// EventLockMissing: a gated pod names a lock that does not exist; it
+	// stays gated.
+	EventLockMissing = "LockMissing"
+	// EventNotGated: a pod names a lock to run holding but carries no
+	// admission gate, so it cannot be held back and is not admitted.
+	EventNotGated = "NotGated"
+	// EventNoLockNamed: a pod carries the admission gate but names no lock;
+	// it stays gated.
+	EventNoLockNamed = "NoLockNamed"
 )

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
@@ -61,6 +60,7 @@ type DistributedLockReconciler struct {
 	highWater    *tokenHighWater
 	pending      *pendingEvents
 	passed       *passedPlaces
+	podNotes     *podNotes
 }
 
 // +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks,verbs=get;list;watch;update;patch
@@ -69,6 +69,7 @@ type DistributedLockReconciler struct {
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
 
 // Reconcile fetches the lock and hands it to reconcile.
 func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -80,6 +81,9 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.highWater.forget(req.NamespacedName)
 			r.pending.forget(req.NamespacedName)
 			r.passed.forget(req.NamespacedName)
+			if err := r.warnWaitingForMissingLock(ctx, req.NamespacedName); err != nil {
+				return ctrl.Result{}, err
+			}
 			return r.releaseOrphanRecords(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, fmt.Errorf("reading distributedlock %s: %w", req.NamespacedName, err)
@@ -129,6 +133,7 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 	key := lockKey.String()
 	var obs lease.Observation
 	var renewIn time.Duration
+	var gatedPods []corev1.Pod
 	if state.lease != nil {
 		obs = r.observations.Observe(key, lease.RecordOf(state.lease), now)
 		cand, err := r.reconcileCandidates(ctx, lock, state.lease, obs, now)
@@ -142,6 +147,16 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 			obs = r.observations.Observe(key, lease.RecordOf(cand.lease), r.Clock.Now())
 		}
 		leaseEvents, renewIn = append(leaseEvents, cand.events...), cand.renewIn
+		adm, err := r.reconcileAdmissions(ctx, lock, state.lease, obs, now)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if adm.lease != state.lease {
+			state.lease = adm.lease
+			obs = r.observations.Observe(key, lease.RecordOf(adm.lease), r.Clock.Now())
+		}
+		leaseEvents, renewIn = append(leaseEvents, adm.events...), earliest(renewIn, adm.renewIn)
+		gatedPods = adm.gated
 		marked, markIn, err := r.markLapsed(ctx, lock, state.lease, obs, now)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -164,10 +179,12 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 
 	res := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: now,
 		highWater: r.highWater.get(lockKey)})
+	setGatedPods(&res.status, gatedPods)
 	grantToken := obs.Record.Token
-	candidateGrant := state.lease != nil && obs.Record.Holder != "" &&
-		state.lease.Annotations[locksv1alpha1.CandidateGrantAnnotation] == obs.Record.Holder
-	if res.status.HolderPod, err = r.holderPodName(ctx, lock, &res.status, grantToken, candidateGrant); err != nil {
+	controllerGrant := state.lease != nil && obs.Record.Holder != "" &&
+		(state.lease.Annotations[locksv1alpha1.CandidateGrantAnnotation] == obs.Record.Holder ||
+			state.lease.Annotations[locksv1alpha1.AdmittedGrantAnnotation] == obs.Record.Holder)
+	if res.status.HolderPod, err = r.holderPodName(ctx, lock, &res.status, grantToken, controllerGrant); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.updateStatus(ctx, lock, res.status); err != nil {
@@ -312,21 +329,26 @@ func ownedBy(l *coordinationv1.Lease, lock *locksv1alpha1.DistributedLock) bool 
 }
 
 // locksForPod maps a Pod event to the locks it may matter to: locks whose
-// candidates it may be, and locks it holds or is marked as holding.
+// candidates it may be, locks it holds or is marked as holding, and the
+// lock it runs holding (locks.frontdesk.dev/runs-holding), existing or not.
 func (r *DistributedLockReconciler) locksForPod(ctx context.Context, obj client.Object) []reconcile.Request {
 	var locks locksv1alpha1.DistributedLockList
 	if err := r.List(ctx, &locks, client.InNamespace(obj.GetNamespace())); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "listing locks for pod", "pod", klog.KObj(obj))
 		return nil
 	}
+	runsHolding := obj.GetAnnotations()[locksv1alpha1.RunsHoldingAnnotation]
 	var reqs []reconcile.Request
 	for i := range locks.Items {
 		l := &locks.Items[i]
 		_, marked := obj.GetLabels()[locksv1alpha1.HolderLabelKey(l.Name)]
 		holds := l.Status.HolderPod == obj.GetName() || locksv1alpha1.PodNameOf(l.Status.Holder) == obj.GetName()
-		if marked || holds || candidateOf(l, obj) {
+		if marked || holds || candidateOf(l, obj) || runsHolding == l.Name {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: l.Namespace, Name: l.Name}})
 		}
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		r.warnOptInMistakes(pod, locks.Items)
 	}
 	return reqs
 }
@@ -350,6 +372,7 @@ func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ct
 	r.highWater = newTokenHighWater()
 	r.pending = newPendingEvents()
 	r.passed = newPassedPlaces()
+	r.podNotes = newPodNotes()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &locksv1alpha1.DistributedLock{}, leaseNameIndex,
 		func(o client.Object) []string {
 			l := o.(*locksv1alpha1.DistributedLock)
@@ -363,7 +386,7 @@ func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ct
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&locksv1alpha1.DistributedLock{}).
 		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.locksForPod)).
+		Watches(&corev1.Pod{}, r.podEvents()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1), SkipNameValidation: &r.SkipNameValidation}).
 		Named("distributedlock").
 		Complete(r)

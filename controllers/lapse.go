@@ -26,13 +26,15 @@ import (
 
 // markLapsed ends l's grant as lapsed when the controller has seen its
 // record go unrenewed for the lease duration, unless the grant is the
-// controller's own (candidates mode: it renews those, and revokes them). It
+// controller's own (candidates mode, admitted pods: it renews those, and
+// ends them by its own rules). It
 // returns the Lease as written, or l when there was nothing to write, and
 // how long until the lapse is due otherwise (zero for never).
 func (r *DistributedLockReconciler) markLapsed(ctx context.Context, lock *locksv1alpha1.DistributedLock, l *coordinationv1.Lease,
 	obs lease.Observation, now time.Time) (*coordinationv1.Lease, time.Duration, error) {
 	rec := obs.Record
-	if l == nil || rec.Holder == "" || rec.Lapsed || !ownedBy(l, lock) || l.Annotations[locksv1alpha1.CandidateGrantAnnotation] == rec.Holder {
+	if l == nil || rec.Holder == "" || rec.Lapsed || !ownedBy(l, lock) ||
+		l.Annotations[locksv1alpha1.CandidateGrantAnnotation] == rec.Holder || l.Annotations[locksv1alpha1.AdmittedGrantAnnotation] == rec.Holder {
 		return l, 0, nil
 	}
 	if deadline := obs.Deadline(lockDuration(lock)); now.Before(deadline) {

@@ -43,10 +43,15 @@ var (
 		Help:    "From a Lease change reaching the controller's informer to the lock's status write that reflects it.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 	})
+	podAdmissionWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "frontdesk_pod_admission_wait_seconds",
+		Help:    "How long a gated pod waited, from its creation to the controller removing its admission gate.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 4, 12),
+	}, []string{"namespace"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(lockHeld, lockFencingToken, lockEvents, timeToAcquire, holdDuration, statusLag)
+	metrics.Registry.MustRegister(lockHeld, lockFencingToken, lockEvents, timeToAcquire, holdDuration, statusLag, podAdmissionWait)
 }
 
 // eventKinds maps event reasons to the kind label of the transitions metric.

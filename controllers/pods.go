@@ -21,7 +21,7 @@ import (
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;update
 
 // holderPodName is the pod the live holder's identity names, if it exists
 // in the lock's namespace, is not terminating, has the UID the identity

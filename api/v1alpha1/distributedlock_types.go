@@ -193,6 +193,16 @@ type DistributedLockStatus struct {
 	// +optional
 	HolderPod string `json:"holderPod,omitempty"`
 
+	// gatedPods is how many pods wait, gated, to run holding this lock
+	// (annotation locks.frontdesk.dev/runs-holding and the scheduling gate
+	// locks.frontdesk.dev/admission).
+	// +optional
+	GatedPods int32 `json:"gatedPods,omitempty"`
+
+	// oldestGatedPod is the gated pod that has waited longest (by creation).
+	// +optional
+	OldestGatedPod string `json:"oldestGatedPod,omitempty"`
+
 	// observedGeneration is the metadata.generation this status was computed
 	// from.
 	// +optional

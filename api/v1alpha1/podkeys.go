@@ -35,6 +35,21 @@ const (
 	// pod's identity: the pod's owner opts in. Candidates-mode grants need
 	// no such consent: the lock's own selector chose the pod.
 	MayHoldAnnotation = "locks.frontdesk.dev/may-hold"
+	// RunsHoldingAnnotation on a pod names the lock (in the pod's
+	// namespace) the pod runs holding: with AdmissionGate among its
+	// scheduling gates, the controller queues the pod for the lock, grants
+	// it the lock in its turn, writes its token annotation and only then
+	// removes the gate; it holds the grant on the pod's behalf until the
+	// pod is finished.
+	RunsHoldingAnnotation = "locks.frontdesk.dev/runs-holding"
+	// AdmissionGate is the scheduling gate that keeps a pod that runs
+	// holding a lock from being scheduled before it holds it.
+	AdmissionGate = "locks.frontdesk.dev/admission"
+	// AdmittedGrantAnnotation on a Lease is the identity of the pod the
+	// controller holds the current grant for (an admitted pod). When it
+	// equals the current holder, the grant is the controller's to renew
+	// and to end.
+	AdmittedGrantAnnotation = "locks.frontdesk.dev/admitted-grant"
 	// IdentitySeparator separates the pod name from the rest of a holder
 	// identity: "<pod>_<suffix>". It cannot occur in a pod name.
 	IdentitySeparator = "_"

@@ -39,9 +39,10 @@ func mustRequirement(key string, op selection.Operator, values ...string) labels
 
 // slimPod is the cache transform for pods: it keeps the metadata (without
 // managedFields), status.phase and status.conditions, which is all the
-// controller reads, and drops the spec and the rest of the status. Pods
-// are only ever patched by the controller (annotations and labels, by merge
-// patch), never updated whole, so the cached copies need no more. Other
+// controller reads, with the spec's nodeName and schedulingGates, and drops
+// the rest of the spec and status. The controller patches pods (marks, by
+// merge patch) or updates a pod it read from the apiserver (admission),
+// never a cached copy, so the cached copies need no more. Other
 // objects, such as cache tombstones, pass through unchanged.
 func slimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
@@ -49,7 +50,7 @@ func slimPod(obj any) (any, error) {
 		return obj, nil
 	}
 	pod.ManagedFields = nil
-	pod.Spec = corev1.PodSpec{}
+	pod.Spec = corev1.PodSpec{NodeName: pod.Spec.NodeName, SchedulingGates: pod.Spec.SchedulingGates}
 	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions}
 	return pod, nil
 }

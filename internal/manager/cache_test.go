@@ -18,7 +18,8 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 		DeletionTimestamp: &metav1.Time{}, Finalizers: []string{"f"}}
 	full := &corev1.Pod{
 		ObjectMeta: *meta.DeepCopy(),
-		Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Image: "app:1"}},
+			SchedulingGates: []corev1.PodSchedulingGate{{Name: "g"}}},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready, PodIP: "10.0.0.1", HostIP: "10.1.0.1"},
 	}
 	full.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
@@ -34,8 +35,9 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 	if pod.Status.Phase != corev1.PodRunning || !apiequality.Semantic.DeepEqual(pod.Status.Conditions, ready) {
 		t.Errorf("status = %+v, want phase Running and the Ready condition", pod.Status)
 	}
-	if !apiequality.Semantic.DeepEqual(pod.Spec, corev1.PodSpec{}) || pod.Status.PodIP != "" || pod.Status.HostIP != "" {
-		t.Errorf("spec %+v and status %+v should be dropped", pod.Spec, pod.Status)
+	want := corev1.PodSpec{NodeName: "n1", SchedulingGates: []corev1.PodSchedulingGate{{Name: "g"}}}
+	if !apiequality.Semantic.DeepEqual(pod.Spec, want) || pod.Status.PodIP != "" || pod.Status.HostIP != "" {
+		t.Errorf("spec %+v (but nodeName and schedulingGates) and status %+v should be dropped", pod.Spec, pod.Status)
 	}
 }
 

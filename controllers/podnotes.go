@@ -1,0 +1,147 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// podEnd is what the pod watch proved about how a pod went away.
+type podEnd int
+
+const (
+	// endUnknown: nothing proven (a force deletion, a deletion this process
+	// did not watch, a pod it never saw): the grant is waited out.
+	endUnknown podEnd = iota
+	// endNeverBound: the pod was deleted while not bound to a node (as the
+	// apiserver stored it last): it never ran.
+	endNeverBound
+	// endGraceful: the pod was seen terminating with a grace period on its
+	// node and then went: its kubelet confirmed its containers stopped.
+	endGraceful
+)
+
+// podNotes remembers, per pod UID, what the pod watch showed that a later
+// read cannot: that a pod was deleted gracefully, or while unbound, and
+// since when (on the controller's monotonic clock) an admitted pod has been
+// gone or on a node that stopped reporting. After a restart it is empty:
+// every end is then unproven, and waits are counted afresh (the
+// conservative direction).
+type podNotes struct {
+	mu       sync.Mutex
+	graceful map[types.UID]bool
+	ended    map[types.UID]podEnd
+	since    map[string]time.Time
+	warned   map[string]bool
+}
+
+func newPodNotes() *podNotes {
+	return &podNotes{graceful: map[types.UID]bool{}, ended: map[types.UID]podEnd{},
+		since: map[string]time.Time{}, warned: map[string]bool{}}
+}
+
+// saw notes a pod as an event shows it: terminating with a grace period
+// while bound to a node.
+func (n *podNotes) saw(p *corev1.Pod) {
+	g := p.DeletionGracePeriodSeconds
+	if p.DeletionTimestamp == nil || g == nil || *g <= 0 || p.Spec.NodeName == "" {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.graceful[p.UID] = true
+}
+
+// deleted notes how the pod went, from its last stored state; unknown
+// (a missed deletion, a tombstone) proves nothing.
+func (n *podNotes) deleted(p *corev1.Pod, unknown bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case unknown:
+	case p.Spec.NodeName == "":
+		n.ended[p.UID] = endNeverBound
+	case n.graceful[p.UID]:
+		n.ended[p.UID] = endGraceful
+	}
+	delete(n.graceful, p.UID)
+}
+
+// endOf is what is proven about how the pod with uid went.
+func (n *podNotes) endOf(uid types.UID) podEnd {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ended[uid]
+}
+
+// sinceFirst is when the condition key was first noted (now, if this is
+// the first time).
+func (n *podNotes) sinceFirst(key string, now time.Time) time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if t, ok := n.since[key]; ok {
+		return t
+	}
+	n.since[key] = now
+	return now
+}
+
+// clear forgets that the condition key was noted.
+func (n *podNotes) clear(key string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.since, key)
+}
+
+// firstWarning reports whether the warning key is new (and notes it), so a
+// warning about a pod is sent once, not on every event.
+func (n *podNotes) firstWarning(key string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.warned[key] {
+		return false
+	}
+	n.warned[key] = true
+	return true
+}
+
+// forgetWarning lets the warning key be sent again.
+func (n *podNotes) forgetWarning(key string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.warned, key)
+}
+
+// podEvents notes what each pod event shows (podNotes), warns about pods
+// that opt in wrongly, and maps the event to the locks it matters to.
+func (r *DistributedLockReconciler) podEvents() handler.EventHandler {
+	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+	enqueue := func(ctx context.Context, obj client.Object, q queue) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			r.podNotes.saw(p)
+		}
+		for _, req := range r.locksForPod(ctx, obj) {
+			q.Add(req)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q queue) { enqueue(ctx, e.Object, q) },
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) { enqueue(ctx, e.ObjectNew, q) },
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
+			if p, ok := e.Object.(*corev1.Pod); ok {
+				r.podNotes.saw(p)
+				r.podNotes.deleted(p, e.DeleteStateUnknown)
+			}
+			enqueue(ctx, e.Object, q)
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q queue) { enqueue(ctx, e.Object, q) },
+	}
+}
