@@ -30,3 +30,15 @@ func SetPodReady(pod *corev1.Pod, ready bool) {
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
 }
+
+// MakeGatedPod returns a participant pod that runs holding lockName: the
+// locks.frontdesk.dev/runs-holding annotation, the admission scheduling
+// gate, and $FENCING_TOKEN from its token annotation.
+func MakeGatedPod(name, namespace, lockName string) *corev1.Pod {
+	pod := MakePod(name, namespace, nil)
+	pod.Annotations = map[string]string{locksv1alpha1.RunsHoldingAnnotation: lockName}
+	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: locksv1alpha1.AdmissionGate}}
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "FENCING_TOKEN", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + locksv1alpha1.TokenAnnotationKey(lockName) + "']"}}}}
+	return pod
+}
