@@ -57,6 +57,12 @@ func main() {
 	flag.DurationVar(&peers.TTL, "peers-ttl", 2*time.Second, "TTL of every system in the side-by-side run.")
 	flag.IntVar(&peers.FailoverTrials, "failover-trials", 20, "SIGKILLed holders per system.")
 	flag.BoolVar(&failoverOnly, "failover-only", false, "Measure only frontdesk's failover after a SIGKILLed holder, at --peers-ttl, --failover-trials times.")
+	admission := bench.AdmissionOptions{}
+	var admissionWaiting string
+	var admissionOnly bool
+	flag.StringVar(&admissionWaiting, "admission", "1,10,50", "Comma-separated numbers of gated pods waiting for the lock-admitted pod measurement (empty: skip it).")
+	flag.IntVar(&admission.Admissions, "admissions", 20, "Admissions measured per number of gated pods waiting.")
+	flag.BoolVar(&admissionOnly, "admission-only", false, "Measure only lock-admitted pods (--admission).")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "Write a CPU profile of this process (the lock clients; not the apiserver) to this file.")
 	flag.Parse()
 	if cpuProfile != "" {
@@ -64,6 +70,10 @@ func main() {
 		defer stopProfile()
 	}
 	opts.LeaseDurationSeconds = int32(duration)
+	admission.AssetsDir, admission.LeaseDurationSeconds = opts.AssetsDir, int32(duration)
+	if admissionWaiting != "" {
+		admission.Waiting = positiveInts("admission", admissionWaiting)
+	}
 	opts.Waiters = positiveInts("waiters", waiters)
 	opts.Crowds = positiveInts("crowds", crowds)
 	if costSizes != "" {
@@ -93,9 +103,20 @@ func main() {
 		}
 		return
 	}
-	if _, _, err := bench.Run(ctx, opts, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "frontdesk-bench:", err)
-		os.Exit(1)
+	if !admissionOnly {
+		if _, _, err := bench.Run(ctx, opts, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "frontdesk-bench:", err)
+			os.Exit(1)
+		}
+	}
+	if len(admission.Waiting) > 0 {
+		if _, err := bench.RunAdmission(ctx, admission, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "frontdesk-bench:", err)
+			os.Exit(1)
+		}
+	}
+	if admissionOnly {
+		return
 	}
 	if !withPeers {
 		return
