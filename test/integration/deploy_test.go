@@ -52,10 +52,11 @@ func kubectl(args ...string) (string, error) {
 // controller's own defences could be seen at work.
 const leaseGuardNamespaceLabel = "test.frontdesk.dev/lease-guard"
 
-// leaseGuardPolicies are the admission policies of config/lease-policy, as
-// config/default names them; the suite scopes their bindings to namespaces
-// labelled leaseGuardNamespaceLabel.
-var leaseGuardPolicies = []string{"frontdesk-lease-guard", "frontdesk-lease-principal", "frontdesk-lease-create-guard"}
+// leaseGuardPolicies are the admission policies of config/lease-policy and
+// config/admission-gate, as config/default names them; the suite scopes
+// their bindings to namespaces labelled leaseGuardNamespaceLabel (other
+// tests create pods that name a lock without the admission gate).
+var leaseGuardPolicies = []string{"frontdesk-lease-guard", "frontdesk-lease-principal", "frontdesk-lease-create-guard", "frontdesk-admission-gate"}
 
 // kubectlWithInput runs kubectl with input on its standard input.
 func kubectlWithInput(input string, args ...string) (string, error) {
