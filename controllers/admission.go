@@ -48,11 +48,11 @@ type admissionResult struct {
 }
 
 // reconcileAdmissions runs one pass of admission for the lock:
-// the grant held for an admitted pod is renewed or ended, a grant handed
+// the grant held for an admitted pod is renewed or ended, waiting pods are
+// queued (their places removed once they no longer wait), a grant handed
 // to a waiting pod's place is taken up, a free lock whose queue head is a
-// waiting pod is granted to it, the pod whose grant is confirmed is
-// ungated, and waiting pods are queued (their places removed once they no
-// longer wait). Every Lease write is a compare-and-swap.
+// waiting pod is granted to it, and the pod whose grant is confirmed is
+// ungated. Every Lease write is a compare-and-swap.
 func (r *DistributedLockReconciler) reconcileAdmissions(ctx context.Context, lock *locksv1alpha1.DistributedLock,
 	current *coordinationv1.Lease, obs lease.Observation, now time.Time) (admissionResult, error) {
 	res := admissionResult{lease: current}
@@ -80,20 +80,19 @@ func (r *DistributedLockReconciler) reconcileAdmissions(ctx context.Context, loc
 	if err != nil {
 		return res, err
 	}
-	// 2. A grant handed to a pod's place, or 3. a free lock whose head is a
-	//    waiting pod: the controller takes the grant for the pod.
-	if took, err := r.takeGrantForPod(ctx, lock, res.gated, &res, now); err != nil || took {
-		confirmed = confirmed || took
-		if err != nil {
-			return res, err
-		}
-	}
-	// 4. The pod whose grant is confirmed loses its gate.
-	if err := r.admitHolder(ctx, lock, &res, confirmed, obs, now); err != nil {
+	// 2. The queue holds exactly the waiting pods' places (a registration
+	//    alone wakes no pass: the steps below act on it in this one).
+	if err := r.syncPodPlaces(ctx, &res); err != nil {
 		return res, err
 	}
-	// 5. The queue holds exactly the waiting pods' places.
-	return res, r.syncPodPlaces(ctx, &res)
+	// 3. A grant handed to a pod's place, or a free lock whose head is a
+	//    waiting pod: the controller takes the grant for the pod.
+	took, err := r.takeGrantForPod(ctx, lock, res.gated, &res, now)
+	if err != nil {
+		return res, err
+	}
+	// 4. The pod whose grant is confirmed loses its gate.
+	return res, r.admitHolder(ctx, lock, &res, confirmed || took, obs, now)
 }
 
 // runsHoldingPods are the cached participant pods of the lock's namespace

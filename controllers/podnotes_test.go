@@ -1,0 +1,40 @@
+package controllers
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+func TestPodNotesProveOnlyWhatTheWatchShowed(t *testing.T) {
+	pod := func(uid, node string, grace *int64) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID("u-" + uid)}, Spec: corev1.PodSpec{NodeName: node}}
+		if grace != nil {
+			p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &metav1.Time{}, grace
+		}
+		return p
+	}
+	n := newPodNotes()
+	// Graceful: seen terminating with a grace period on its node, then
+	// deleted (the kubelet's grace-0 delete).
+	n.saw(pod("graceful", "n1", ptr.To[int64](30)))
+	n.deleted(pod("graceful", "n1", ptr.To[int64](0)), false)
+	// Force: deleted with grace 0 straight from running.
+	n.saw(pod("force", "n1", ptr.To[int64](0)))
+	n.deleted(pod("force", "n1", ptr.To[int64](0)), false)
+	// Unbound: deleted before any node.
+	n.deleted(pod("unbound", "", ptr.To[int64](0)), false)
+	// A tombstone proves nothing, even after a graceful start.
+	n.saw(pod("tombstone", "n1", ptr.To[int64](30)))
+	n.deleted(pod("tombstone", "n1", nil), true)
+
+	for uid, want := range map[string]podEnd{"graceful": endGraceful, "force": endUnknown, "unbound": endNeverBound,
+		"tombstone": endUnknown, "never-seen": endUnknown} {
+		if got := n.endOf(pod(uid, "", nil).UID); got != want {
+			t.Errorf("%s: end %v, want %v", uid, got, want)
+		}
+	}
+}
