@@ -176,6 +176,7 @@ func TestGatedPodsAreAdmittedOneAtATimeInCreationOrder(t *testing.T) {
 		g.Expect(countOf(reasons, "PodAdmitted")).To(Equal(3), "%v", reasons)
 		g.Expect(countOf(reasons, "PodReleased")).To(Equal(2), "%v", reasons)
 		g.Expect(podEventReasons(g, ns, "c")).To(ContainElement("PodAdmitted"))
+		expectMarked(g, ns, "billing", "c", tokenC, "a", "b", "c")
 	})
 }
 
