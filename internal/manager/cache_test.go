@@ -20,7 +20,7 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 		ObjectMeta: *meta.DeepCopy(),
 		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Image: "app:1"}},
 			SchedulingGates: []corev1.PodSchedulingGate{{Name: "g"}}},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready, PodIP: "10.0.0.1", HostIP: "10.1.0.1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready, PodIP: "10.0.0.1", HostIP: "10.1.0.1"},
 	}
 	full.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 
