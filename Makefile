@@ -98,7 +98,7 @@ run: manifests generate fmt vet ## Run the manager against the cluster in your k
 local: manifests generate k8s-binaries ## Start a local control plane, install the CRD, run the manager and apply a sample lock.
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./cmd/frontdesk-local --assets "$(K8S_BIN)" --sample config/samples/locks_v1alpha1_distributedlock.yaml
 
-# Flags for `make demo`; empty runs the full-size incident (about 8 minutes).
+# Flags for `make demo`; empty runs the full-size incident (about 7 minutes).
 DEMO_FLAGS ?= --fast
 
 .PHONY: demo

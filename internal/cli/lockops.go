@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -103,11 +104,21 @@ func printGrant(out io.Writer, info grantInfo, output, name string) error {
 // acquire tries once (wait 0) or waits up to wait for the lock.
 func acquire(ctx context.Context, c *lock.Client, wait time.Duration) (*lock.Grant, error) {
 	if wait <= 0 {
-		return c.TryAcquire(ctx)
+		g, err := c.TryAcquire(ctx)
+		return g, withWaitHint(err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	return c.Acquire(ctx)
+}
+
+// withWaitHint adds to ErrHeld, from a single try (--wait 0, the
+// default), how to wait for the lock instead.
+func withWaitHint(err error) error {
+	if !errors.Is(err, lock.ErrHeld) {
+		return err
+	}
+	return fmt.Errorf("%w; not waiting (--wait 0, the default): to queue for it, pass --wait with how long, e.g. --wait 5m", err)
 }
 
 func newReleaseCommand(o *options) *cobra.Command {

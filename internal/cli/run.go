@@ -194,6 +194,8 @@ func acquireForRun(ctx context.Context, o *options, c *lock.Client, wait time.Du
 		waitCtx, cancelWait := context.WithTimeout(ctx, wait)
 		g, err = c.Acquire(waitCtx)
 		cancelWait()
+	} else if wait <= 0 {
+		err = withWaitHint(err)
 	}
 	close(stop)
 	<-watched

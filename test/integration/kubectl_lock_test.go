@@ -94,7 +94,8 @@ func TestKubectlLockGetDescribeAcquireReleaseBreak(t *testing.T) {
 
 	r = runPlugin(t, ns, "acquire", "billing", "--identity", "bob")
 	g.Expect(r.code).To(Equal(1))
-	g.Expect(r.stderr).To(MatchRegexp(`error: lock \S+/billing is held by alice \(fencing token 1\) until ~\S+ unless it renews`))
+	g.Expect(r.stderr).To(MatchRegexp(`error: lock \S+/billing is held by alice \(fencing token 1\) until ~\S+ unless it renews; ` +
+		`not waiting \(--wait 0, the default\): to queue for it, pass --wait with how long, e.g. --wait 5m`))
 
 	eventually(t, 2*time.Second, func(g Gomega) {
 		r := runPlugin(t, ns, "get")
@@ -178,6 +179,7 @@ func TestKubectlLockRunPassesTokenAndExitStatus(t *testing.T) {
 	g.Expect(r.code).To(Equal(1))
 	g.Expect(r.stdout).To(BeEmpty())
 	g.Expect(r.stderr).To(ContainSubstring("is held by other"))
+	g.Expect(r.stderr).To(ContainSubstring("not waiting (--wait 0, the default): to queue for it, pass --wait"))
 	g.Expect(held.Release(context.Background())).To(Succeed())
 }
 
