@@ -77,7 +77,7 @@ kind-images: ## Assemble the manager, kubectl-lock and demo images from Go binar
 	hack/kind/build-images.sh $(E2E_IMG) $(E2E_PLUGIN_IMG) $(E2E_DEMO_IMG)
 
 .PHONY: verify
-verify: manifests generate fmt vet ## Regenerate everything and fail if the tree changed.
+verify: manifests generate fmt vet build-installer ## Regenerate everything (the install bundle too) and fail if the tree changed.
 	go mod tidy
 	cd hack/tools && go mod tidy
 	cd hack/k8s-binaries && go mod tidy
@@ -137,6 +137,10 @@ uninstall: manifests ## Remove the CRD from the cluster in your kubeconfig.
 .PHONY: deploy
 deploy: manifests ## Deploy the controller to the cluster in your kubeconfig.
 	$(KUSTOMIZE) config/default | sed 's|image: controller:latest|image: $(IMG)|' | $(KUBECTL) apply --server-side -f -
+
+.PHONY: build-installer
+build-installer: manifests ## Write dist/install.yaml: config/default as one file, with the image set by IMG (hack/dist).
+	go run ./hack/dist -bundle dist/install.yaml -image $(IMG)
 
 .PHONY: undeploy
 undeploy: ## Remove the controller from the cluster in your kubeconfig.
