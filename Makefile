@@ -9,6 +9,7 @@ SHELL := /usr/bin/env bash -o pipefail
 LOCALBIN ?= $(CURDIR)/bin
 K8S_BIN ?= $(LOCALBIN)/k8s
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+PROMTOOL ?= $(LOCALBIN)/promtool
 KUBECTL ?= $(K8S_BIN)/kubectl
 KUSTOMIZE ?= $(KUBECTL) kustomize
 
@@ -43,7 +44,7 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate fmt vet k8s-binaries ## Run unit and integration tests against a real kube-apiserver and etcd.
+test: manifests generate fmt vet k8s-binaries test-alerts ## Run unit and integration tests against a real kube-apiserver and etcd, and the alerts' promtool tests.
 	hack/ensure-redis.sh
 	go test -count=1 -exec true ./... # build every test binary in parallel, run none
 	# One package at a time: each starts its own etcd, kube-apiserver and
@@ -51,6 +52,14 @@ test: manifests generate fmt vet k8s-binaries ## Run unit and integration tests 
 	# package's control plane took the CPU (a lapse is correct then, but not
 	# what those tests check).
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./... -p 1 -count=1 -timeout 25m $(GO_TEST_FLAGS)
+
+.PHONY: test-alerts
+test-alerts: promtool ## Unit-test config/prometheus's alerts with promtool (alerts_test.yaml).
+	mkdir -p $(LOCALBIN)/alerts
+	sed -n '/^spec:$$/,$$p' config/prometheus/prometheusrule.yaml | sed '1d; s/^  //' > $(LOCALBIN)/alerts/frontdesk.rules.yaml
+	cp config/prometheus/alerts_test.yaml $(LOCALBIN)/alerts/
+	$(PROMTOOL) check rules $(LOCALBIN)/alerts/frontdesk.rules.yaml
+	$(PROMTOOL) test rules $(LOCALBIN)/alerts/alerts_test.yaml
 
 .PHONY: chaos
 chaos: manifests generate k8s-binaries ## Fault suite, long version (the short one runs in make test).
@@ -81,6 +90,7 @@ verify: manifests generate fmt vet build-installer ## Regenerate everything (the
 	go mod tidy
 	cd hack/tools && go mod tidy
 	cd hack/k8s-binaries && go mod tidy
+	cd hack/promtool && go mod tidy
 	git diff --exit-code
 
 ##@ Build
@@ -156,3 +166,8 @@ $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
 .PHONY: k8s-binaries
 k8s-binaries: ## Build kube-apiserver, etcd and kubectl from Go modules into bin/k8s (skipped when current).
 	hack/build-k8s-binaries.sh "$(K8S_BIN)"
+
+.PHONY: promtool
+promtool: $(PROMTOOL) ## Build promtool (pinned in hack/promtool/go.mod).
+$(PROMTOOL): hack/promtool/go.mod hack/promtool/go.sum
+	cd hack/promtool && GOBIN=$(LOCALBIN) go install github.com/prometheus/prometheus/cmd/promtool
