@@ -9,6 +9,7 @@ SHELL := /usr/bin/env bash -o pipefail
 LOCALBIN ?= $(CURDIR)/bin
 K8S_BIN ?= $(LOCALBIN)/k8s
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+HELM ?= $(LOCALBIN)/helm
 PROMTOOL ?= $(LOCALBIN)/promtool
 KUBECTL ?= $(K8S_BIN)/kubectl
 KUSTOMIZE ?= $(KUBECTL) kustomize
@@ -86,10 +87,11 @@ kind-images: ## Assemble the manager, kubectl-lock and demo images from Go binar
 	hack/kind/build-images.sh $(E2E_IMG) $(E2E_PLUGIN_IMG) $(E2E_DEMO_IMG)
 
 .PHONY: verify
-verify: manifests generate fmt vet build-installer ## Regenerate everything (the install bundle too) and fail if the tree changed.
+verify: manifests generate fmt vet build-installer chart-check ## Regenerate everything (the install bundle and the chart too), lint the chart, fail if the tree changed.
 	go mod tidy
 	cd hack/tools && go mod tidy
 	cd hack/k8s-binaries && go mod tidy
+	cd hack/helm && go mod tidy
 	cd hack/promtool && go mod tidy
 	git diff --exit-code
 
@@ -152,6 +154,16 @@ deploy: manifests ## Deploy the controller to the cluster in your kubeconfig.
 build-installer: manifests ## Write dist/install.yaml: config/default as one file, with the image set by IMG (hack/dist).
 	go run ./hack/dist -bundle dist/install.yaml -image $(IMG)
 
+.PHONY: chart
+chart: ## Write the Helm chart dist/chart from config/ (hack/dist; its default image is IMG).
+	go run ./hack/dist -chart dist/chart -image $(IMG)
+
+.PHONY: chart-check
+chart-check: helm chart build-installer ## helm lint and helm template the chart; its defaults must render the install bundle's objects.
+	$(HELM) lint dist/chart
+	$(HELM) template frontdesk dist/chart > $(LOCALBIN)/chart-rendered.yaml
+	go run ./hack/dist -check $(LOCALBIN)/chart-rendered.yaml -against dist/install.yaml
+
 .PHONY: undeploy
 undeploy: ## Remove the controller from the cluster in your kubeconfig.
 	$(KUSTOMIZE) config/default | $(KUBECTL) delete --ignore-not-found -f -
@@ -166,6 +178,11 @@ $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
 .PHONY: k8s-binaries
 k8s-binaries: ## Build kube-apiserver, etcd and kubectl from Go modules into bin/k8s (skipped when current).
 	hack/build-k8s-binaries.sh "$(K8S_BIN)"
+
+.PHONY: helm
+helm: $(HELM) ## Build helm (pinned in hack/helm/go.mod).
+$(HELM): hack/helm/go.mod hack/helm/go.sum
+	cd hack/helm && GOBIN=$(LOCALBIN) go install helm.sh/helm/v3/cmd/helm
 
 .PHONY: promtool
 promtool: $(PROMTOOL) ## Build promtool (pinned in hack/promtool/go.mod).
