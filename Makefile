@@ -11,6 +11,7 @@ K8S_BIN ?= $(LOCALBIN)/k8s
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 HELM ?= $(LOCALBIN)/helm
 PROMTOOL ?= $(LOCALBIN)/promtool
+KREW_VALIDATE ?= $(LOCALBIN)/validate-krew-manifest
 KUBECTL ?= $(K8S_BIN)/kubectl
 KUSTOMIZE ?= $(KUBECTL) kustomize
 
@@ -75,7 +76,7 @@ test-e2e: manifests generate k8s-binaries ## Create a 3-node kind cluster from i
 
 # Images of `make kind-images` (the e2e tests use these names).
 E2E_IMG ?= frontdesk-controller:e2e
-E2E_PLUGIN_IMG ?= frontdesk-kubectl-lock:e2e
+E2E_PLUGIN_IMG ?= frontdesk-kubectl-dlock:e2e
 E2E_DEMO_IMG ?= frontdesk-demo:e2e
 
 .PHONY: kind-node-image
@@ -83,7 +84,7 @@ kind-node-image: k8s-binaries ## Build the kind node image from Debian packages 
 	hack/kind/build-node-image.sh
 
 .PHONY: kind-images
-kind-images: ## Assemble the manager, kubectl-lock and demo images from Go binaries, with no registry (cached).
+kind-images: ## Assemble the manager, kubectl-dlock and demo images from Go binaries, with no registry (cached).
 	hack/kind/build-images.sh $(E2E_IMG) $(E2E_PLUGIN_IMG) $(E2E_DEMO_IMG)
 
 .PHONY: verify
@@ -93,14 +94,15 @@ verify: manifests generate fmt vet build-installer chart-check ## Regenerate eve
 	cd hack/k8s-binaries && go mod tidy
 	cd hack/helm && go mod tidy
 	cd hack/promtool && go mod tidy
+	cd hack/krew && go mod tidy
 	git diff --exit-code
 
 ##@ Build
 
 .PHONY: build
-build: manifests generate fmt vet ## Build the manager and kubectl-lock binaries into bin/.
+build: manifests generate fmt vet ## Build the manager and kubectl-dlock binaries into bin/.
 	go build -o $(LOCALBIN)/manager .
-	go build -o $(LOCALBIN)/kubectl-lock ./cmd/kubectl-lock
+	go build -o $(LOCALBIN)/kubectl-dlock ./cmd/kubectl-dlock
 
 .PHONY: run
 run: manifests generate fmt vet ## Run the manager against the cluster in your kubeconfig.
@@ -124,17 +126,25 @@ bench: manifests generate k8s-binaries ## Lock latencies, then frontdesk vs etcd
 	go build -o $(LOCALBIN)/frontdesk-bench ./cmd/frontdesk-bench
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" $(LOCALBIN)/frontdesk-bench $(BENCH_FLAGS)
 
-# Image for the kubectl-lock plugin.
-PLUGIN_IMG ?= frontdesk-kubectl-lock:latest
+# Image for the kubectl-dlock plugin.
+PLUGIN_IMG ?= frontdesk-kubectl-dlock:latest
 
 .PHONY: bench-cost
 bench-cost: manifests generate k8s-binaries ## Measure the controller's RSS and status lag with 1,000 and 10,000 locks.
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./cmd/frontdesk-bench --cost 1000,10000 $(BENCH_FLAGS)
 
 .PHONY: docker-build
-docker-build: ## Build the manager and kubectl-lock images (needs a container engine).
+docker-build: ## Build the manager and kubectl-dlock images (needs a container engine).
 	docker build -t $(IMG) .
-	docker build -t $(PLUGIN_IMG) -f Dockerfile.kubectl-lock .
+	docker build -t $(PLUGIN_IMG) -f Dockerfile.kubectl-dlock .
+
+# Version of `make release-artifacts`.
+VERSION ?= v0.1.0
+
+.PHONY: release-artifacts
+release-artifacts: krew-validator ## kubectl-dlock for linux and darwin (amd64, arm64): tarballs, sha256 sums and the krew manifest in dist/release, checked by krew's validator.
+	hack/release.sh $(VERSION)
+	$(KREW_VALIDATE) -manifest dist/release/dlock.yaml -skip-install
 
 ##@ Deployment
 
@@ -188,3 +198,8 @@ $(HELM): hack/helm/go.mod hack/helm/go.sum
 promtool: $(PROMTOOL) ## Build promtool (pinned in hack/promtool/go.mod).
 $(PROMTOOL): hack/promtool/go.mod hack/promtool/go.sum
 	cd hack/promtool && GOBIN=$(LOCALBIN) go install github.com/prometheus/prometheus/cmd/promtool
+
+.PHONY: krew-validator
+krew-validator: $(KREW_VALIDATE) ## Build krew's plugin manifest validator (pinned in hack/krew/go.mod).
+$(KREW_VALIDATE): hack/krew/go.mod hack/krew/go.sum
+	cd hack/krew && GOBIN=$(LOCALBIN) go install sigs.k8s.io/krew/cmd/validate-krew-manifest

@@ -17,15 +17,15 @@ import (
 )
 
 const (
-	// ExitCommandNotExecutable is the exit status of `kubectl lock run`
+	// ExitCommandNotExecutable is the exit status of `kubectl dlock run`
 	// when the command exists but cannot be executed, as in a shell.
 	ExitCommandNotExecutable = 126
-	// ExitCommandNotFound is the exit status of `kubectl lock run` when the
+	// ExitCommandNotFound is the exit status of `kubectl dlock run` when the
 	// command does not exist, as in a shell.
 	ExitCommandNotFound = 127
 )
 
-// forwardedSignals reach the command as they reach kubectl lock run.
+// forwardedSignals reach the command as they reach kubectl dlock run.
 var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
 // signalNames names the forwarded signals in messages.
@@ -77,7 +77,7 @@ dead before the lease can lapse for anyone else:
 
   When the command exits (by itself, or on a signal forwarded to it), what is
   left of its process group is SIGKILLed and reaped before the lock is
-  released. If kubectl lock run itself dies, even by SIGKILL, a watchdog
+  released. If kubectl dlock run itself dies, even by SIGKILL, a watchdog
   process leading the group SIGKILLs it (on Linux the command also has
   SIGKILL as its parent-death signal). Processes that leave the group
   (setsid, setpgid) are out of reach.
@@ -92,7 +92,7 @@ shell would, before acquiring); 128+N if signal N ended the wait for the lock
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
-				return fmt.Errorf("usage: kubectl lock run NAME [flags] -- COMMAND [ARGS...]")
+				return fmt.Errorf("usage: kubectl dlock run NAME [flags] -- COMMAND [ARGS...]")
 			}
 			c, err := o.lockClient(args[0], ro.identity)
 			if err != nil {
@@ -111,9 +111,9 @@ shell would, before acquiring); 128+N if signal N ended the wait for the lock
 // holding the grant, and releases.
 func runHolding(ctx context.Context, o *options, c *lock.Client, ro runOptions, argv []string) error {
 	// Listen first: a signal before the command starts (while waiting for
-	// the lock above all) ends kubectl lock run with 128+signal instead of
+	// the lock above all) ends kubectl dlock run with 128+signal instead of
 	// killing it mid-grant. From here on, the forwarded signals never kill
-	// kubectl lock run itself.
+	// kubectl dlock run itself.
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, forwardedSignals...)
 	defer signal.Stop(signals)
@@ -139,7 +139,7 @@ func runHolding(ctx context.Context, o *options, c *lock.Client, ro runOptions, 
 	grace, err := ro.grace.resolve(t, c.LockName())
 	if err != nil {
 		grace = maxGrace(t)
-		fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: the lease of %s changed to %s since it was read: --grace clamped to %s\n",
+		fmt.Fprintf(o.streams.ErrOut, "kubectl-dlock: the lease of %s changed to %s since it was read: --grace clamped to %s\n",
 			c.LockName(), t.LeaseDuration, grace.Truncate(10*time.Millisecond))
 	}
 	return holdWhileRunning(o, c, g, t, grace, path, argv, signals)
@@ -189,7 +189,7 @@ func acquireForRun(ctx context.Context, o *options, c *lock.Client, wait time.Du
 	g, err := c.TryAcquire(ctx)
 	if err != nil && wait > 0 && ctx.Err() == nil {
 		if errors.Is(err, lock.ErrHeld) {
-			fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: %v; waiting up to %s\n", err, wait)
+			fmt.Fprintf(o.streams.ErrOut, "kubectl-dlock: %v; waiting up to %s\n", err, wait)
 		}
 		waitCtx, cancelWait := context.WithTimeout(ctx, wait)
 		g, err = c.Acquire(waitCtx)
@@ -218,7 +218,7 @@ func holdWhileRunning(o *options, c *lock.Client, g *lock.Grant, t lock.Timing, 
 	path string, argv []string, signals <-chan os.Signal) error {
 	stderr := o.streams.ErrOut
 	if err := becomeSubreaper(); err != nil {
-		fmt.Fprintf(stderr, "kubectl-lock: %v: processes the command leaves behind go to init; they are still killed\n", err)
+		fmt.Fprintf(stderr, "kubectl-dlock: %v: processes the command leaves behind go to init; they are still killed\n", err)
 	}
 	grp, err := startProcessGroup(stderr)
 	if err != nil {
@@ -226,7 +226,7 @@ func holdWhileRunning(o *options, c *lock.Client, g *lock.Grant, t lock.Timing, 
 		return err
 	}
 	// Released only once the group is gone; a failed reap keeps the lock
-	// held until it lapses (kubectl lock run exits, renewals stop).
+	// held until it lapses (kubectl dlock run exits, renewals stop).
 	finish := func(result error) error {
 		if err := grp.reap(reapTimeout); err != nil {
 			return fmt.Errorf("%w; %s not released: it lapses after its lease", err, c.LockName())
@@ -289,7 +289,7 @@ wait:
 			break wait
 		case <-g.Lost():
 			grp.kill()
-			fmt.Fprintf(stderr, "kubectl-lock: lease on %s lost (%v); SIGKILL to %s's process group\n", c.LockName(), g.Err(), argv[0])
+			fmt.Fprintf(stderr, "kubectl-dlock: lease on %s lost (%v); SIGKILL to %s's process group\n", c.LockName(), g.Err(), argv[0])
 			waitErr = <-exited
 			break wait
 		case <-timer.C:
@@ -299,14 +299,14 @@ wait:
 			case !now.Before(kill):
 				grp.kill()
 				ranOut = true
-				fmt.Fprintf(stderr, "kubectl-lock: no renewal of the lease on %s got through for %s: SIGKILL to %s's process group, before the lease could lapse\n",
+				fmt.Fprintf(stderr, "kubectl-dlock: no renewal of the lease on %s got through for %s: SIGKILL to %s's process group, before the lease could lapse\n",
 					c.LockName(), sinceRenewal(), argv[0])
 				waitErr = <-exited
 				break wait
 			case !termSent && grace > 0 && !now.Before(term):
 				grp.signal(syscall.SIGTERM)
 				ranOut, termSent = true, true
-				fmt.Fprintf(stderr, "kubectl-lock: no renewal of the lease on %s got through for %s: SIGTERM to %s's process group; SIGKILL in %s (--grace %s) unless one does\n",
+				fmt.Fprintf(stderr, "kubectl-dlock: no renewal of the lease on %s got through for %s: SIGTERM to %s's process group; SIGKILL in %s (--grace %s) unless one does\n",
 					c.LockName(), sinceRenewal(), argv[0], kill.Sub(now).Round(time.Millisecond), grace.Truncate(time.Millisecond))
 			}
 			arm()
@@ -335,7 +335,7 @@ func releaseGrant(o *options, c *lock.Client, g *lock.Grant) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if err := g.Release(ctx); err != nil && !errors.Is(err, lock.ErrNotHolder) {
-		fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: releasing %s: %v (it lapses after its lease)\n", c.LockName(), err)
+		fmt.Fprintf(o.streams.ErrOut, "kubectl-dlock: releasing %s: %v (it lapses after its lease)\n", c.LockName(), err)
 	}
 }
 

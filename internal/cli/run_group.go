@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// WatchdogArg, as the only argument, makes kubectl-lock the watchdog of the
-// command that kubectl lock run holds a lock for: a program that calls Main
-// must call RunWatchdog instead when started with it, as cmd/kubectl-lock
+// WatchdogArg, as the only argument, makes kubectl-dlock the watchdog of the
+// command that kubectl dlock run holds a lock for: a program that calls Main
+// must call RunWatchdog instead when started with it, as cmd/kubectl-dlock
 // does. It is not meant to be typed.
 const WatchdogArg = "__run-watchdog"
 
@@ -23,8 +23,8 @@ const watchdogReady = "ok\n"
 
 // processGroup is the process group a command runs in. Its leader is a
 // watchdog process (this binary again, in WatchdogArg mode) that holds the
-// read end of a pipe whose write end only kubectl lock run holds. When that
-// end closes, because kubectl lock run exited or was killed, even by
+// read end of a pipe whose write end only kubectl dlock run holds. When that
+// end closes, because kubectl dlock run exited or was killed, even by
 // SIGKILL, the watchdog SIGKILLs the whole group, itself included. The
 // group ID is the watchdog's pid, known before the command starts; and
 // while the watchdog is unreaped, that ID cannot be reused.
@@ -77,21 +77,21 @@ func startProcessGroup(stderr io.Writer) (*processGroup, error) {
 }
 
 // RunWatchdog is the watchdog's main (see processGroup): it ignores the
-// signals kubectl lock run forwards to the group, reports ready on stdout,
+// signals kubectl dlock run forwards to the group, reports ready on stdout,
 // waits for EOF on stdin, then SIGKILLs its process group.
 func RunWatchdog() int {
 	ignored := []os.Signal{syscall.SIGPIPE, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}
 	signal.Ignore(append(ignored, forwardedSignals...)...)
 	if syscall.Getpgrp() != os.Getpid() {
 		// Run by hand: the group is not ours to kill.
-		fmt.Fprintln(os.Stderr, "kubectl-lock: "+WatchdogArg+" is started by kubectl lock run as the leader of its command's process group")
+		fmt.Fprintln(os.Stderr, "kubectl-dlock: "+WatchdogArg+" is started by kubectl dlock run as the leader of its command's process group")
 		return 2
 	}
 	if _, err := os.Stdout.WriteString(watchdogReady); err != nil {
 		return 2
 	}
 	os.Stdout.Close()
-	// Returns at EOF: kubectl lock run closed the pipe or died. Any error
+	// Returns at EOF: kubectl dlock run closed the pipe or died. Any error
 	// ends the watch the same way.
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	_ = syscall.Kill(0, syscall.SIGKILL)

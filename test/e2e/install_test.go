@@ -17,7 +17,7 @@ import (
 // `kubectl apply --server-side -f dist/install.yaml` into the fresh
 // cluster: every object of the bundle is there, the apiserver took up its
 // FlowSchema, and a workload bound to frontdesk-lock-user runs a command
-// under a lock with `kubectl lock run` from a pod, with fencing token 1,
+// under a lock with `kubectl dlock run` from a pod, with fencing token 1,
 // which the lock's status records.
 func TestInstallBundle(t *testing.T) {
 	c := start(t, "bundle")
@@ -55,12 +55,12 @@ func TestInstallBundle(t *testing.T) {
 		g.Expect(out).To(Equal("False"))
 	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
 
-	c.step("kubectl lock run from a pod")
+	c.step("kubectl dlock run from a pod")
 	c.applyFile("bundle-run.yaml")
 	c.kubectlOK("-n", c.ns, "wait", "--for=condition=complete", "job/run-under-lock", "--timeout=3m")
 	logs := c.kubectlOK("-n", c.ns, "logs", "job/run-under-lock")
 	c.step("the command printed:\n%s", logs)
-	g.Expect(logs).To(MatchRegexp(`(?m)^bundle\s+\S+\s+1\s`), "kubectl lock get, run under the lock, shows its holder with token 1")
+	g.Expect(logs).To(MatchRegexp(`(?m)^bundle\s+\S+\s+1\s`), "kubectl dlock get, run under the lock, shows its holder with token 1")
 	g.Eventually(func(g Gomega) {
 		l, err := c.lock("bundle")
 		g.Expect(err).NotTo(HaveOccurred())

@@ -45,7 +45,7 @@ var (
 	managerImage = envOr("FRONTDESK_E2E_MANAGER_IMAGE", "frontdesk-controller:e2e")
 	// bundleImage is the manager's image in the committed dist/install.yaml.
 	bundleImage = "frontdesk-controller:latest"
-	pluginImage = envOr("FRONTDESK_E2E_PLUGIN_IMAGE", "frontdesk-kubectl-lock:e2e")
+	pluginImage = envOr("FRONTDESK_E2E_PLUGIN_IMAGE", "frontdesk-kubectl-dlock:e2e")
 	demoImage   = envOr("FRONTDESK_E2E_DEMO_IMAGE", "frontdesk-demo:e2e")
 )
 

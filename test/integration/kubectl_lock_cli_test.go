@@ -26,7 +26,7 @@ import (
 	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
-// pluginEnv runs kubectl-lock against kubeconfig with extra environment
+// pluginEnv runs kubectl-dlock against kubeconfig with extra environment
 // variables (and without a $LOCK_IDENTITY the test run may have).
 func pluginEnv(t *testing.T, kubeconfig, namespace string, env []string, args ...string) pluginRun {
 	t.Helper()
@@ -136,8 +136,8 @@ func TestKubectlLockHelpNamesKubectlLock(t *testing.T) {
 		{"release", "--help"}, {"break", "--help"}} {
 		r := runPlugin(t, "default", args...)
 		g.Expect(r.code).To(Equal(0), r.stderr)
-		g.Expect(r.stdout).NotTo(ContainSubstring("kubectl-lock"), "help for %v", args)
-		usage := "kubectl lock"
+		g.Expect(r.stdout).NotTo(ContainSubstring("kubectl-dlock"), "help for %v", args)
+		usage := "kubectl dlock"
 		if len(args) == 2 {
 			usage += " " + args[0]
 		}

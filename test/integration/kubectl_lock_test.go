@@ -27,7 +27,7 @@ var (
 	pluginErr  error
 )
 
-// kubectlLock returns the path of a freshly built kubectl-lock binary.
+// kubectlLock returns the path of a freshly built kubectl-dlock binary.
 func kubectlLock(t *testing.T) string {
 	t.Helper()
 	pluginOnce.Do(func() {
@@ -36,19 +36,19 @@ func kubectlLock(t *testing.T) string {
 			pluginErr = err
 			return
 		}
-		pluginPath = filepath.Join(filepath.Dir(kubeconfigPath), "kubectl-lock")
-		out, err := exec.Command("go", "build", "-o", pluginPath, filepath.Join(root, "cmd", "kubectl-lock")).CombinedOutput()
+		pluginPath = filepath.Join(filepath.Dir(kubeconfigPath), "kubectl-dlock")
+		out, err := exec.Command("go", "build", "-o", pluginPath, filepath.Join(root, "cmd", "kubectl-dlock")).CombinedOutput()
 		if err != nil {
 			pluginErr = errors.New(string(out))
 		}
 	})
 	if pluginErr != nil {
-		t.Fatalf("building kubectl-lock: %v", pluginErr)
+		t.Fatalf("building kubectl-dlock: %v", pluginErr)
 	}
 	return pluginPath
 }
 
-// pluginRun is a finished kubectl-lock invocation.
+// pluginRun is a finished kubectl-dlock invocation.
 type pluginRun struct {
 	code           int
 	stdout, stderr string
@@ -78,7 +78,7 @@ func exitCode(t *testing.T, err error) int {
 	case errors.As(err, &exit):
 		return exit.ExitCode()
 	default:
-		t.Fatalf("running kubectl-lock: %v", err)
+		t.Fatalf("running kubectl-dlock: %v", err)
 		return -1
 	}
 }
@@ -169,7 +169,7 @@ func TestKubectlLockRunPassesTokenAndExitStatus(t *testing.T) {
 	g.Expect(r.stderr).To(ContainSubstring("/no/such/command: command not found"))
 	r = runPlugin(t, ns, "run", "billing", "true")
 	g.Expect(r.code).To(Equal(1))
-	g.Expect(r.stderr).To(ContainSubstring("usage: kubectl lock run NAME [flags] -- COMMAND [ARGS...]"))
+	g.Expect(r.stderr).To(ContainSubstring("usage: kubectl dlock run NAME [flags] -- COMMAND [ARGS...]"))
 	g.Expect(ptr.Deref(getLease(g, ns, "billing").Spec.LeaseTransitions, 0)).To(BeEquivalentTo(3), "three grants: a command not found takes none")
 
 	// While someone else holds it, run fails at once without --wait.
