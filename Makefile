@@ -9,6 +9,9 @@ SHELL := /usr/bin/env bash -o pipefail
 LOCALBIN ?= $(CURDIR)/bin
 K8S_BIN ?= $(LOCALBIN)/k8s
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+HELM ?= $(LOCALBIN)/helm
+PROMTOOL ?= $(LOCALBIN)/promtool
+KREW_VALIDATE ?= $(LOCALBIN)/validate-krew-manifest
 KUBECTL ?= $(K8S_BIN)/kubectl
 KUSTOMIZE ?= $(KUBECTL) kustomize
 
@@ -43,7 +46,7 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate fmt vet k8s-binaries ## Run unit and integration tests against a real kube-apiserver and etcd.
+test: manifests generate fmt vet k8s-binaries test-alerts ## Run unit and integration tests against a real kube-apiserver and etcd, and the alerts' promtool tests.
 	hack/ensure-redis.sh
 	go test -count=1 -exec true ./... # build every test binary in parallel, run none
 	# One package at a time: each starts its own etcd, kube-apiserver and
@@ -62,6 +65,13 @@ test-unit: manifests generate fmt vet ## Unit tests only: no apiserver, with -ra
 .PHONY: test-integration
 test-integration: manifests generate fmt vet k8s-binaries ## Integration tests only (test/integration), real kube-apiserver and etcd, with -race.
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go test -race ./test/integration/ -count=1 -timeout 30m $(GO_TEST_FLAGS)
+.PHONY: test-alerts
+test-alerts: promtool ## Unit-test config/prometheus's alerts with promtool (alerts_test.yaml).
+	mkdir -p $(LOCALBIN)/alerts
+	sed -n '/^spec:$$/,$$p' config/prometheus/prometheusrule.yaml | sed '1d; s/^  //' > $(LOCALBIN)/alerts/frontdesk.rules.yaml
+	cp config/prometheus/alerts_test.yaml $(LOCALBIN)/alerts/
+	$(PROMTOOL) check rules $(LOCALBIN)/alerts/frontdesk.rules.yaml
+	$(PROMTOOL) test rules $(LOCALBIN)/alerts/alerts_test.yaml
 
 .PHONY: chaos
 chaos: manifests generate k8s-binaries ## Fault suite, long version (the short one runs in make test).
@@ -76,7 +86,7 @@ test-e2e: manifests generate k8s-binaries ## Create a 3-node kind cluster from i
 
 # Images of `make kind-images` (the e2e tests use these names).
 E2E_IMG ?= frontdesk-controller:e2e
-E2E_PLUGIN_IMG ?= frontdesk-kubectl-lock:e2e
+E2E_PLUGIN_IMG ?= frontdesk-kubectl-dlock:e2e
 E2E_DEMO_IMG ?= frontdesk-demo:e2e
 
 .PHONY: kind-node-image
@@ -84,22 +94,25 @@ kind-node-image: k8s-binaries ## Build the kind node image from Debian packages 
 	hack/kind/build-node-image.sh
 
 .PHONY: kind-images
-kind-images: ## Assemble the manager, kubectl-lock and demo images from Go binaries, with no registry (cached).
+kind-images: ## Assemble the manager, kubectl-dlock and demo images from Go binaries, with no registry (cached).
 	hack/kind/build-images.sh $(E2E_IMG) $(E2E_PLUGIN_IMG) $(E2E_DEMO_IMG)
 
 .PHONY: verify
-verify: manifests generate fmt vet ## Regenerate everything and fail if the tree changed.
+verify: manifests generate fmt vet build-installer chart-check ## Regenerate everything (the install bundle and the chart too), lint the chart, fail if the tree changed.
 	go mod tidy
 	cd hack/tools && go mod tidy
 	cd hack/k8s-binaries && go mod tidy
+	cd hack/helm && go mod tidy
+	cd hack/promtool && go mod tidy
+	cd hack/krew && go mod tidy
 	git diff --exit-code
 
 ##@ Build
 
 .PHONY: build
-build: manifests generate fmt vet ## Build the manager and kubectl-lock binaries into bin/.
+build: manifests generate fmt vet ## Build the manager and kubectl-dlock binaries into bin/.
 	go build -o $(LOCALBIN)/manager .
-	go build -o $(LOCALBIN)/kubectl-lock ./cmd/kubectl-lock
+	go build -o $(LOCALBIN)/kubectl-dlock ./cmd/kubectl-dlock
 
 .PHONY: run
 run: manifests generate fmt vet ## Run the manager against the cluster in your kubeconfig.
@@ -109,7 +122,7 @@ run: manifests generate fmt vet ## Run the manager against the cluster in your k
 local: manifests generate k8s-binaries ## Start a local control plane, install the CRD, run the manager and apply a sample lock.
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./cmd/frontdesk-local --assets "$(K8S_BIN)" --sample config/samples/locks_v1alpha1_distributedlock.yaml
 
-# Flags for `make demo`; empty runs the full-size incident (about 8 minutes).
+# Flags for `make demo`; empty runs the full-size incident (about 7 minutes).
 DEMO_FLAGS ?= --fast
 
 .PHONY: demo
@@ -123,17 +136,25 @@ bench: manifests generate k8s-binaries ## Lock latencies, then frontdesk vs etcd
 	go build -o $(LOCALBIN)/frontdesk-bench ./cmd/frontdesk-bench
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" $(LOCALBIN)/frontdesk-bench $(BENCH_FLAGS)
 
-# Image for the kubectl-lock plugin.
-PLUGIN_IMG ?= frontdesk-kubectl-lock:latest
+# Image for the kubectl-dlock plugin.
+PLUGIN_IMG ?= frontdesk-kubectl-dlock:latest
 
 .PHONY: bench-cost
 bench-cost: manifests generate k8s-binaries ## Measure the controller's RSS and status lag with 1,000 and 10,000 locks.
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./cmd/frontdesk-bench --cost 1000,10000 $(BENCH_FLAGS)
 
 .PHONY: docker-build
-docker-build: ## Build the manager and kubectl-lock images (needs a container engine).
+docker-build: ## Build the manager and kubectl-dlock images (needs a container engine).
 	docker build -t $(IMG) .
-	docker build -t $(PLUGIN_IMG) -f Dockerfile.kubectl-lock .
+	docker build -t $(PLUGIN_IMG) -f Dockerfile.kubectl-dlock .
+
+# Version of `make release-artifacts`.
+VERSION ?= v0.1.0
+
+.PHONY: release-artifacts
+release-artifacts: krew-validator ## kubectl-dlock for linux and darwin (amd64, arm64): tarballs, sha256 sums and the krew manifest in dist/release, checked by krew's validator.
+	hack/release.sh $(VERSION)
+	$(KREW_VALIDATE) -manifest dist/release/dlock.yaml -skip-install
 
 ##@ Deployment
 
@@ -149,6 +170,20 @@ uninstall: manifests ## Remove the CRD from the cluster in your kubeconfig.
 deploy: manifests ## Deploy the controller to the cluster in your kubeconfig.
 	$(KUSTOMIZE) config/default | sed 's|image: controller:latest|image: $(IMG)|' | $(KUBECTL) apply --server-side -f -
 
+.PHONY: build-installer
+build-installer: manifests ## Write dist/install.yaml: config/default as one file, with the image set by IMG (hack/dist).
+	go run ./hack/dist -bundle dist/install.yaml -image $(IMG)
+
+.PHONY: chart
+chart: ## Write the Helm chart dist/chart from config/ (hack/dist; its default image is IMG).
+	go run ./hack/dist -chart dist/chart -image $(IMG)
+
+.PHONY: chart-check
+chart-check: helm chart build-installer ## helm lint and helm template the chart; its defaults must render the install bundle's objects.
+	$(HELM) lint dist/chart
+	$(HELM) template frontdesk dist/chart > $(LOCALBIN)/chart-rendered.yaml
+	go run ./hack/dist -check $(LOCALBIN)/chart-rendered.yaml -against dist/install.yaml
+
 .PHONY: undeploy
 undeploy: ## Remove the controller from the cluster in your kubeconfig.
 	$(KUSTOMIZE) config/default | $(KUBECTL) delete --ignore-not-found -f -
@@ -163,3 +198,18 @@ $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
 .PHONY: k8s-binaries
 k8s-binaries: ## Build kube-apiserver, etcd and kubectl from Go modules into bin/k8s (skipped when current).
 	hack/build-k8s-binaries.sh "$(K8S_BIN)"
+
+.PHONY: helm
+helm: $(HELM) ## Build helm (pinned in hack/helm/go.mod).
+$(HELM): hack/helm/go.mod hack/helm/go.sum
+	cd hack/helm && GOBIN=$(LOCALBIN) go install helm.sh/helm/v3/cmd/helm
+
+.PHONY: promtool
+promtool: $(PROMTOOL) ## Build promtool (pinned in hack/promtool/go.mod).
+$(PROMTOOL): hack/promtool/go.mod hack/promtool/go.sum
+	cd hack/promtool && GOBIN=$(LOCALBIN) go install github.com/prometheus/prometheus/cmd/promtool
+
+.PHONY: krew-validator
+krew-validator: $(KREW_VALIDATE) ## Build krew's plugin manifest validator (pinned in hack/krew/go.mod).
+$(KREW_VALIDATE): hack/krew/go.mod hack/krew/go.sum
+	cd hack/krew && GOBIN=$(LOCALBIN) go install sigs.k8s.io/krew/cmd/validate-krew-manifest

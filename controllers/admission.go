@@ -152,7 +152,7 @@ func (r *DistributedLockReconciler) takeGrantForPod(ctx context.Context, lock *l
 	if holder != "" {
 		ticket := current.Annotations[lease.TicketAnnotation]
 		if !strings.HasPrefix(ticket, podTicketPrefix) || locksv1alpha1.PodUIDOf(holder) != strings.TrimPrefix(ticket, podTicketPrefix) {
-			return false, nil // a holder of the library or kubectl lock
+			return false, nil // a holder of the library or kubectl dlock
 		}
 		pod := podByIdentity(waiting, holder)
 		if pod == nil {

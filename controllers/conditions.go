@@ -42,7 +42,7 @@ const (
 	// grant revoked; the lock is handed on once the pod is gone or the
 	// hand-off delay has passed.
 	EventRevoked = "Revoked"
-	// EventBroken: the lock was broken (kubectl lock break): any grant
+	// EventBroken: the lock was broken (kubectl dlock break): any grant
 	// voided and the fencing token raised, so the previous holder is fenced.
 	EventBroken = "Broken"
 	// EventInvalidGrant: the Lease names a new holder without a new fencing

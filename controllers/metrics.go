@@ -26,7 +26,7 @@ var (
 	lockEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "frontdesk_lock_transitions_total",
 		Help: "Grants, handoffs, releases and expiries the controller observed, by kind " +
-			"(acquired, taken_over, handed_off, released, expired).",
+			"(acquired, taken_over, handed_off, released, expired, invalid_grant).",
 	}, []string{"namespace", "lock", "kind"})
 	timeToAcquire = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "frontdesk_lock_time_to_acquire_seconds",
@@ -61,6 +61,8 @@ var eventKinds = map[string]string{
 	EventHandedOff: "handed_off",
 	EventReleased:  "released",
 	EventExpired:   "expired",
+	// A Lease naming a new holder without a new token (alerted on).
+	EventInvalidGrant: "invalid_grant",
 }
 
 // lockMetrics keeps the per-lock timing state the histograms need: when a

@@ -1,7 +1,7 @@
 package v1alpha1
 
 // Condition types and reasons of DistributedLock status. They are part of
-// the API: clients (the lock library, kubectl lock) read them.
+// the API: clients (the lock library, kubectl dlock) read them.
 
 // Condition types set on DistributedLock status.
 const (

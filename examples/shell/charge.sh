@@ -1,9 +1,9 @@
 #!/bin/sh
 # charge.sh LEDGER_URL CUSTOMER AMOUNT: charge one customer through the
-# fenced ledger, with the fencing token that `kubectl lock run` exported.
+# fenced ledger, with the fencing token that `kubectl dlock run` exported.
 # Run it as the lock's holder:
 #
-#   kubectl lock run billing -- ./charge.sh http://127.0.0.1:8080 customer-42 1299
+#   kubectl dlock run billing -- ./charge.sh http://127.0.0.1:8080 customer-42 1299
 #
 # Any language works the same way: read $FENCING_TOKEN, send it with every
 # write (here in the X-Fencing-Token header that frontdesk's fencing
@@ -12,7 +12,7 @@
 set -eu
 
 if [ -z "${FENCING_TOKEN:-}" ]; then
-	echo "charge.sh: FENCING_TOKEN is not set: run me under kubectl lock run" >&2
+	echo "charge.sh: FENCING_TOKEN is not set: run me under kubectl dlock run" >&2
 	exit 64
 fi
 if [ $# -ne 3 ]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build-images.sh assembles frontdesk's own images from Go binaries, without a
 # FROM that needs a registry: the same contents as Dockerfile,
-# Dockerfile.kubectl-lock and Dockerfile.demo (static binaries, user
+# Dockerfile.kubectl-dlock and Dockerfile.demo (static binaries, user
 # 65532:65532; the demo image gets busybox from Debian's busybox-static for
 # sh, pkill and wget), each turned into an image by `docker import`.
 # Where a registry is reachable, `make docker-build` builds the same images
@@ -29,7 +29,7 @@ mkdir -p "$work/bin"
 cd "$root"
 export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 nice -n 19 go build -trimpath -ldflags="-s -w" -o "$work/bin/manager" .
-nice -n 19 go build -trimpath -ldflags="-s -w" -o "$work/bin/" ./cmd/kubectl-lock ./cmd/frontdesk-demo
+nice -n 19 go build -trimpath -ldflags="-s -w" -o "$work/bin/" ./cmd/kubectl-dlock ./cmd/frontdesk-demo
 
 # image NAME BINARY [busybox]: one image with /BINARY as its entrypoint.
 image() {
@@ -59,6 +59,6 @@ image() {
 }
 
 image "$manager_image" manager
-image "$plugin_image" kubectl-lock
+image "$plugin_image" kubectl-dlock
 image "$demo_image" frontdesk-demo busybox
 echo "frontdesk images ready in $(($(date +%s) - start))s" >&2

@@ -62,7 +62,6 @@ func describe(out io.Writer, v *lockView, events []corev1.Event, now time.Time) 
 	fmt.Fprintf(w, "Namespace:\t%s\n", l.Namespace)
 	fmt.Fprintf(w, "UID:\t%s\n", l.UID)
 	fmt.Fprintf(w, "Lease:\t%s\n", v.leaseName)
-	fmt.Fprintf(w, "Lease duration:\t%ds\n", v.duration())
 	source := "from the Lease"
 	if !v.leaseUsable() {
 		source = "from the controller's status: the Lease cannot be used"

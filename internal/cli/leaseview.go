@@ -41,7 +41,7 @@ const (
 // not lag.
 const staleGrace = 2 * time.Second
 
-// lockView is a lock as `kubectl lock get` and `describe` show it: holder
+// lockView is a lock as `kubectl dlock get` and `describe` show it: holder
 // and fencing token from its Lease, the source of truth (acquire, renew and
 // release are compare-and-swap writes on it), next to the controller's view
 // from the lock's status, and what is wrong when the two disagree.
@@ -179,7 +179,7 @@ func (v *lockView) problem() string {
 	case stateLeaseDeleting:
 		return fmt.Sprintf("Lease %s is being deleted; the controller recreates it with its fencing token preserved", name)
 	case stateLeaseMalformed:
-		return fmt.Sprintf("Lease %s names holder %s but has no spec.leaseTransitions, so no fencing token: it was not written by a frontdesk grant; break the lock (kubectl lock break %s) to fence it", name, v.leaseHolder(), v.lock.Name)
+		return fmt.Sprintf("Lease %s names holder %s but has no spec.leaseTransitions, so no fencing token: it was not written by a frontdesk grant; break the lock (kubectl dlock break %s) to fence it", name, v.leaseHolder(), v.lock.Name)
 	case stateStale:
 		return "status stale: " + v.staleness() + "; is the frontdesk manager running?"
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -32,8 +33,8 @@ func newAcquireCommand(o *options) *cobra.Command {
 		Long: `Acquire a lock and print the fencing token of the grant.
 
 The grant is not renewed after this command exits: it lapses after the lock's
-lease duration unless released first with 'kubectl lock release NAME --identity ID'.
-To hold a lock while a command runs, use 'kubectl lock run'.
+lease duration unless released first with 'kubectl dlock release NAME --identity ID'.
+To hold a lock while a command runs, use 'kubectl dlock run'.
 
 Every flag is checked before the lock is taken. If the grant cannot be
 printed (stdout closed), it is released again: nobody is left holding a lock
@@ -93,7 +94,7 @@ func printGrant(out io.Writer, info grantInfo, output, name string) error {
 		}
 	default:
 		b = fmt.Appendf(nil, "acquired %s as %s with fencing token %d\n"+
-			"the grant is not renewed after this command; release it with: kubectl lock release %s --identity %s\n",
+			"the grant is not renewed after this command; release it with: kubectl dlock release %s --identity %s\n",
 			info.Lock, info.Holder, info.FencingToken, name, info.Holder)
 	}
 	_, err := out.Write(b)
@@ -103,11 +104,21 @@ func printGrant(out io.Writer, info grantInfo, output, name string) error {
 // acquire tries once (wait 0) or waits up to wait for the lock.
 func acquire(ctx context.Context, c *lock.Client, wait time.Duration) (*lock.Grant, error) {
 	if wait <= 0 {
-		return c.TryAcquire(ctx)
+		g, err := c.TryAcquire(ctx)
+		return g, withWaitHint(err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	return c.Acquire(ctx)
+}
+
+// withWaitHint adds to ErrHeld, from a single try (--wait 0, the
+// default), how to wait for the lock instead.
+func withWaitHint(err error) error {
+	if !errors.Is(err, lock.ErrHeld) {
+		return err
+	}
+	return fmt.Errorf("%w; not waiting (--wait 0, the default): to queue for it, pass --wait with how long, e.g. --wait 5m", err)
 }
 
 func newReleaseCommand(o *options) *cobra.Command {
@@ -122,7 +133,7 @@ The identity is --identity, else $LOCK_IDENTITY (as for acquire and run).
 Where the lease-guard policy is installed (config/default), a grant is bound
 to the principal that made it (the user, and the pod for a pod's token): only
 the same principal releases it, whatever --identity says; ending someone
-else's grant is a break (kubectl lock break), which needs the verb "break" on
+else's grant is a break (kubectl dlock break), which needs the verb "break" on
 the lock (ClusterRole frontdesk-lock-admin).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -130,7 +141,7 @@ the lock (ClusterRole frontdesk-lock-admin).`,
 				identity = os.Getenv("LOCK_IDENTITY")
 			}
 			if identity == "" {
-				return fmt.Errorf("--identity is required (or set $LOCK_IDENTITY): give the identity the lock was acquired as; 'kubectl lock get %s' shows its holder", args[0])
+				return fmt.Errorf("--identity is required (or set $LOCK_IDENTITY): give the identity the lock was acquired as; 'kubectl dlock get %s' shows its holder", args[0])
 			}
 			c, err := o.lockClient(args[0], identity)
 			if err != nil {
@@ -160,7 +171,7 @@ that is not yours needs the verb "break" on distributedlocks.locks.frontdesk.dev
 for the lock: bind the ClusterRole frontdesk-lock-admin to who may break locks.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.lockClient(args[0], "kubectl-lock-break")
+			c, err := o.lockClient(args[0], "kubectl-dlock-break")
 			if err != nil {
 				return err
 			}

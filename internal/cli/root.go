@@ -1,4 +1,4 @@
-// Package cli implements the `kubectl lock` plugin: inspect, acquire,
+// Package cli implements the `kubectl dlock` plugin: inspect, acquire,
 // release and break DistributedLocks, and run a command while holding one.
 package cli
 
@@ -18,7 +18,7 @@ import (
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 )
 
-// ExitLeaseLost is the exit status of `kubectl lock run` when the lease was
+// ExitLeaseLost is the exit status of `kubectl dlock run` when the lease was
 // lost while the command ran (EX_TEMPFAIL: retrying may succeed).
 const ExitLeaseLost = 75
 
@@ -47,16 +47,16 @@ type options struct {
 	streams genericiooptions.IOStreams
 }
 
-// NewCommand builds the `kubectl lock` command tree.
+// NewCommand builds the `kubectl dlock` command tree.
 func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &options{config: genericclioptions.NewConfigFlags(true), streams: streams}
 	root := &cobra.Command{
-		// The binary is kubectl-lock; users type "kubectl lock", and that is
+		// The binary is kubectl-dlock; users type "kubectl dlock", and that is
 		// what usage lines and help show.
-		Use:         "kubectl-lock",
-		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl lock"},
+		Use:         "kubectl-dlock",
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl dlock"},
 		Short:       "Inspect and use frontdesk DistributedLocks",
-		Long: `kubectl lock works with frontdesk DistributedLocks: leases with fencing tokens.
+		Long: `kubectl dlock works with frontdesk DistributedLocks: leases with fencing tokens.
 
 Every grant of a lock carries a fencing token that only goes up. Pass it to the
 resources you write, so they can reject a holder that paused past its lease.`,

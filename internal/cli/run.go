@@ -17,15 +17,15 @@ import (
 )
 
 const (
-	// ExitCommandNotExecutable is the exit status of `kubectl lock run`
+	// ExitCommandNotExecutable is the exit status of `kubectl dlock run`
 	// when the command exists but cannot be executed, as in a shell.
 	ExitCommandNotExecutable = 126
-	// ExitCommandNotFound is the exit status of `kubectl lock run` when the
+	// ExitCommandNotFound is the exit status of `kubectl dlock run` when the
 	// command does not exist, as in a shell.
 	ExitCommandNotFound = 127
 )
 
-// forwardedSignals reach the command as they reach kubectl lock run.
+// forwardedSignals reach the command as they reach kubectl dlock run.
 var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
 // signalNames names the forwarded signals in messages.
@@ -79,9 +79,9 @@ dead before the lease can lapse for anyone else:
   left of its process group is SIGKILLed and reaped before the lock is
   released. A watchdog process leads the group and holds a SIGKILL
   deadline of its own, on the boot clock: the end of the safe window, half
-  the margin after the SIGKILL above, which kubectl lock run extends after
+  the margin after the SIGKILL above, which kubectl dlock run extends after
   each renewal that gets through. So the group gets SIGKILL in time also if
-  kubectl lock run itself stalls (stopped, starved of CPU, in a debugger);
+  kubectl dlock run itself stalls (stopped, starved of CPU, in a debugger);
   and at once if it dies, even by SIGKILL (on Linux the command also has
   SIGKILL as its parent-death signal). If the watchdog dies alone, kubectl
   lock run SIGKILLs the group. Processes that leave the group (setsid,
@@ -99,7 +99,7 @@ shell would, before acquiring); 128+N if signal N ended the wait for the lock
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
-				return fmt.Errorf("usage: kubectl lock run NAME [flags] -- COMMAND [ARGS...]")
+				return fmt.Errorf("usage: kubectl dlock run NAME [flags] -- COMMAND [ARGS...]")
 			}
 			clk := newBootClock(bootNow)
 			c, err := o.lockClientOn(args[0], ro.identity, clk)
@@ -119,9 +119,9 @@ shell would, before acquiring); 128+N if signal N ended the wait for the lock
 // holding the grant, and releases.
 func runHolding(ctx context.Context, o *options, c *lock.Client, clk *bootClock, ro runOptions, argv []string) error {
 	// Listen first: a signal before the command starts (while waiting for
-	// the lock above all) ends kubectl lock run with 128+signal instead of
+	// the lock above all) ends kubectl dlock run with 128+signal instead of
 	// killing it mid-grant. From here on, the forwarded signals never kill
-	// kubectl lock run itself.
+	// kubectl dlock run itself.
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, forwardedSignals...)
 	defer signal.Stop(signals)
@@ -147,7 +147,7 @@ func runHolding(ctx context.Context, o *options, c *lock.Client, clk *bootClock,
 	grace, err := ro.grace.resolve(t, c.LockName())
 	if err != nil {
 		grace = maxGrace(t)
-		fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: the lease of %s changed to %s since it was read: --grace clamped to %s\n",
+		fmt.Fprintf(o.streams.ErrOut, "kubectl-dlock: the lease of %s changed to %s since it was read: --grace clamped to %s\n",
 			c.LockName(), t.LeaseDuration, grace.Truncate(10*time.Millisecond))
 	}
 	return holdWhileRunning(o, c, clk, g, t, grace, path, argv, signals)
@@ -197,11 +197,13 @@ func acquireForRun(ctx context.Context, o *options, c *lock.Client, wait time.Du
 	g, err := c.TryAcquire(ctx)
 	if err != nil && wait > 0 && ctx.Err() == nil {
 		if errors.Is(err, lock.ErrHeld) {
-			fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: %v; waiting up to %s\n", err, wait)
+			fmt.Fprintf(o.streams.ErrOut, "kubectl-dlock: %v; waiting up to %s\n", err, wait)
 		}
 		waitCtx, cancelWait := context.WithTimeout(ctx, wait)
 		g, err = c.Acquire(waitCtx)
 		cancelWait()
+	} else if wait <= 0 {
+		err = withWaitHint(err)
 	}
 	close(stop)
 	<-watched
@@ -224,7 +226,7 @@ func holdWhileRunning(o *options, c *lock.Client, clk *bootClock, g *lock.Grant,
 	path string, argv []string, signals <-chan os.Signal) error {
 	stderr := o.streams.ErrOut
 	if err := becomeSubreaper(); err != nil {
-		fmt.Fprintf(stderr, "kubectl-lock: %v: processes the command leaves behind go to init; they are still killed\n", err)
+		fmt.Fprintf(stderr, "kubectl-dlock: %v: processes the command leaves behind go to init; they are still killed\n", err)
 	}
 	sent := g.ValidUntil()
 	grp, err := startProcessGroup(stderr, watchdogDeadline(clk, sent, t))
@@ -233,7 +235,7 @@ func holdWhileRunning(o *options, c *lock.Client, clk *bootClock, g *lock.Grant,
 		return err
 	}
 	// Released only once the group is gone; a failed reap keeps the lock
-	// held until it lapses (kubectl lock run exits, renewals stop).
+	// held until it lapses (kubectl dlock run exits, renewals stop).
 	finish := func(result error) error {
 		if err := grp.reap(reapTimeout); err != nil {
 			return fmt.Errorf("%w; %s not released: it lapses after its lease", err, c.LockName())
@@ -290,7 +292,7 @@ func releaseGrant(o *options, c *lock.Client, g *lock.Grant) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if err := g.Release(ctx); err != nil && !errors.Is(err, lock.ErrNotHolder) {
-		fmt.Fprintf(o.streams.ErrOut, "kubectl-lock: releasing %s: %v (it lapses after its lease)\n", c.LockName(), err)
+		fmt.Fprintf(o.streams.ErrOut, "kubectl-dlock: releasing %s: %v (it lapses after its lease)\n", c.LockName(), err)
 	}
 }
 

@@ -72,8 +72,8 @@ func readDeadlines(r io.Reader) <-chan time.Duration {
 // watchdogDeadline is when the watchdog must SIGKILL the command's group
 // for a grant safe until validUntil with Timing t: validUntil itself, on
 // the deadline clock, counted from the start of the write that made it
-// (never later). That is half the safety margin after kubectl lock run's
-// own SIGKILL (see deadlines), so that a running kubectl lock run acts
+// (never later). That is half the safety margin after kubectl dlock run's
+// own SIGKILL (see deadlines), so that a running kubectl dlock run acts
 // first, and still the whole margin before the lease could lapse for
 // anyone else.
 func watchdogDeadline(clk *bootClock, validUntil time.Time, t lock.Timing) time.Duration {

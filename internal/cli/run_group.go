@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// WatchdogArg, as the only argument, makes kubectl-lock the watchdog of the
-// command that kubectl lock run holds a lock for: a program that calls Main
-// must call RunWatchdog instead when started with it, as cmd/kubectl-lock
+// WatchdogArg, as the only argument, makes kubectl-dlock the watchdog of the
+// command that kubectl dlock run holds a lock for: a program that calls Main
+// must call RunWatchdog instead when started with it, as cmd/kubectl-dlock
 // does. It is not meant to be typed.
 const WatchdogArg = "__run-watchdog"
 
@@ -28,11 +28,11 @@ const (
 
 // processGroup is the process group a command runs in. Its leader is a
 // watchdog process (this binary again, in WatchdogArg mode) that holds the
-// read end of a pipe whose write end only kubectl lock run holds. Over it,
-// kubectl lock run sends deadlines (see extend); the watchdog SIGKILLs the
+// read end of a pipe whose write end only kubectl dlock run holds. Over it,
+// kubectl dlock run sends deadlines (see extend); the watchdog SIGKILLs the
 // whole group, itself included, when the latest deadline passes, and when
-// the pipe closes because kubectl lock run exited or was killed, even by
-// SIGKILL. So a stalled kubectl lock run (stopped, starved of CPU) cannot
+// the pipe closes because kubectl dlock run exited or was killed, even by
+// SIGKILL. So a stalled kubectl dlock run (stopped, starved of CPU) cannot
 // keep the command running past its deadline. The group ID is the
 // watchdog's pid, known before the command starts; and while the watchdog
 // is unreaped, that ID cannot be reused.
@@ -139,7 +139,7 @@ func (grp *processGroup) expiredAfterReap() bool {
 }
 
 // RunWatchdog is the watchdog's main (see processGroup): it ignores the
-// signals kubectl lock run forwards to the group, reads its first deadline
+// signals kubectl dlock run forwards to the group, reads its first deadline
 // from stdin, reports ready on stdout, and then SIGKILLs its process group
 // when the latest deadline read from stdin passes (saying so on stdout and
 // stderr first) or at EOF on stdin.
@@ -148,7 +148,7 @@ func RunWatchdog() int {
 	signal.Ignore(append(ignored, forwardedSignals...)...)
 	if syscall.Getpgrp() != os.Getpid() {
 		// Run by hand: the group is not ours to kill.
-		fmt.Fprintln(os.Stderr, "kubectl-lock: "+WatchdogArg+" is started by kubectl lock run as the leader of its command's process group")
+		fmt.Fprintln(os.Stderr, "kubectl-dlock: "+WatchdogArg+" is started by kubectl dlock run as the leader of its command's process group")
 		return 2
 	}
 	// Any read error or malformed deadline closes deadlines, which ends
@@ -159,7 +159,7 @@ func RunWatchdog() int {
 		if _, err := os.Stdout.WriteString(watchdogReady); err == nil &&
 			awaitDeadline(first, deadlines, bootNow, time.After) {
 			_, _ = os.Stdout.WriteString(watchdogExpired)
-			fmt.Fprintln(os.Stderr, "kubectl-lock: kubectl lock run did not extend the deadline of its command's process group "+
+			fmt.Fprintln(os.Stderr, "kubectl-dlock: kubectl dlock run did not extend the deadline of its command's process group "+
 				"(it is stalled, or renewals are not getting through): SIGKILL to the group, before the lease could lapse")
 		}
 	}

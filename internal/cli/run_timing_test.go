@@ -12,7 +12,7 @@ import (
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 )
 
-// timingFor is the Timing kubectl lock run's client uses for a lease.
+// timingFor is the Timing kubectl dlock run's client uses for a lease.
 func timingFor(t *testing.T, lease time.Duration) lock.Timing {
 	t.Helper()
 	c, err := lock.NewForClients(fake.NewClientset(), dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()),

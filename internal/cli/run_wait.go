@@ -61,7 +61,7 @@ func (w *commandWatch) wait(exited <-chan error, signals <-chan os.Signal) error
 			return <-exited
 		case <-w.g.Lost():
 			w.grp.kill()
-			fmt.Fprintf(w.stderr, "kubectl-lock: lease on %s lost (%v); SIGKILL to %s's process group\n", w.c.LockName(), w.g.Err(), w.name)
+			fmt.Fprintf(w.stderr, "kubectl-dlock: lease on %s lost (%v); SIGKILL to %s's process group\n", w.c.LockName(), w.g.Err(), w.name)
 			return <-exited
 		case <-w.timer.C:
 			if w.onDeadline() {
@@ -97,7 +97,7 @@ func (w *commandWatch) watchdogGone() {
 	case <-w.grp.expired:
 	default:
 		w.grp.kill()
-		fmt.Fprintf(w.stderr, "kubectl-lock: the watchdog of %s's process group died: SIGKILL to the group\n", w.name)
+		fmt.Fprintf(w.stderr, "kubectl-dlock: the watchdog of %s's process group died: SIGKILL to the group\n", w.name)
 	}
 	w.ranOut = true
 }
@@ -112,13 +112,13 @@ func (w *commandWatch) onDeadline() (killed bool) {
 	case !now.Before(kill):
 		w.grp.kill()
 		w.ranOut = true
-		fmt.Fprintf(w.stderr, "kubectl-lock: no renewal of the lease on %s got through for %s: SIGKILL to %s's process group, before the lease could lapse\n",
+		fmt.Fprintf(w.stderr, "kubectl-dlock: no renewal of the lease on %s got through for %s: SIGKILL to %s's process group, before the lease could lapse\n",
 			w.c.LockName(), sinceRenewal, w.name)
 		return true
 	case !w.termSent && w.grace > 0 && !now.Before(term):
 		w.grp.signal(syscall.SIGTERM)
 		w.ranOut, w.termSent = true, true
-		fmt.Fprintf(w.stderr, "kubectl-lock: no renewal of the lease on %s got through for %s: SIGTERM to %s's process group; SIGKILL in %s (--grace %s) unless one does\n",
+		fmt.Fprintf(w.stderr, "kubectl-dlock: no renewal of the lease on %s got through for %s: SIGTERM to %s's process group; SIGKILL in %s (--grace %s) unless one does\n",
 			w.c.LockName(), sinceRenewal, w.name, kill.Sub(now).Round(time.Millisecond), w.grace.Truncate(time.Millisecond))
 	}
 	w.arm()

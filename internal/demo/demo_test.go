@@ -3,10 +3,12 @@ package demo
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -69,6 +71,15 @@ func TestBillingScenarioFast(t *testing.T) {
 	for _, tok := range s.Tokens {
 		if tok.Rejected > 0 && tok.Token != fenced.FrozenToken {
 			t.Errorf("token %d had %d writes rejected; only the frozen holder's token %d should", tok.Token, tok.Rejected, fenced.FrozenToken)
+		}
+	}
+
+	// Tokens taken between the rounds (workers of the first round taking
+	// the lock on their way out) are said to be so.
+	if last := unfenced.Grants[len(unfenced.Grants)-1].Token; fenced.TokenBefore > last {
+		want := fmt.Sprintf("the lock's fencing token is %d: %s went to workers of the previous round", fenced.TokenBefore, tokenSpan(last+1, fenced.TokenBefore))
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output does not say where the tokens between the rounds went (%q):\n%s", want, out.String())
 		}
 	}
 

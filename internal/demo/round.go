@@ -42,6 +42,8 @@ type RoundResult struct {
 	Stats Stats
 	// Grants are the lock's grants during the round, in order.
 	Grants []Grant
+	// TokenBefore is the lock's fencing token when the round started.
+	TokenBefore int64
 	// FrozenWorker was frozen holding FrozenToken.
 	FrozenWorker string
 	FrozenToken  int64

@@ -105,6 +105,11 @@ func Run(ctx context.Context, opts Options, out io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("creating a client for the local apiserver: %w", err)
 	}
+	installed, err := installAccess(ctx, c, filepath.Join(cp.AssetsDir, "kubectl"))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "installed from config/default: %s\n", strings.Join(installed, ", "))
 	names, err := applySamples(ctx, c, opts.SamplePaths, opts.Namespace)
 	if err != nil {
 		return err
@@ -249,6 +254,39 @@ func shellJoin(argv []string) string {
 		quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 	}
 	return strings.Join(quoted, " ")
+}
+
+// installAccess creates what config/default installs for the users of
+// locks, as it renders them: the ClusterRoles frontdesk-lock-user and
+// frontdesk-lock-admin, and the Lease guard (config/lease-policy's
+// admission policies and bindings). It returns their kinds and names. The
+// apiserver enforces new policies some moments after they are created.
+func installAccess(ctx context.Context, c client.Client, kubectl string) ([]string, error) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return nil, fmt.Errorf("locating config/default: %w", err)
+	}
+	rendered, err := exec.CommandContext(ctx, kubectl, "kustomize", filepath.Join(root, "config", "default")).Output()
+	if err != nil {
+		return nil, fmt.Errorf("rendering config/default (kubectl kustomize): %w", err)
+	}
+	objs, err := manifests.Decode(rendered)
+	if err != nil {
+		return nil, fmt.Errorf("decoding config/default: %w", err)
+	}
+	var installed []string
+	for _, obj := range objs {
+		gvk := obj.GroupVersionKind()
+		role := gvk.Kind == "ClusterRole" && (obj.GetName() == "frontdesk-lock-user" || obj.GetName() == "frontdesk-lock-admin")
+		if !role && gvk.Group != "admissionregistration.k8s.io" {
+			continue
+		}
+		if err := c.Create(ctx, obj); err != nil {
+			return installed, fmt.Errorf("creating %s %s from config/default: %w", gvk.Kind, obj.GetName(), err)
+		}
+		installed = append(installed, gvk.Kind+" "+obj.GetName())
+	}
+	return installed, nil
 }
 
 // applySamples creates every object in the YAML files and returns the names

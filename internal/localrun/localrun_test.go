@@ -237,6 +237,14 @@ func TestQuickStartShowsSampleLock(t *testing.T) {
 		regexp.MustCompile(`NAME\s+HOLDER\s+TOKEN\s+HELD\s+LEASE\s+ACQUIRED\s+READY\s+LEASENAME\s+POD\s+AGE`),
 		regexp.MustCompile(`(?m)^billing\s+0\s+False\s+15\s+True\s+billing\s+\d+s$`), // no holder, token 0, 15s lease, Ready
 		regexp.MustCompile(`\n  ` + regexp.QuoteMeta(mgr) + ` --kubeconfig /\S+ --metrics-bind-address=0 `),
+		// What config/default installs for the users of locks, accepted by
+		// the apiserver.
+		regexp.MustCompile(`installed from config/default: .*\bClusterRole frontdesk-lock-user\b`),
+		regexp.MustCompile(`installed from config/default: .*\bClusterRole frontdesk-lock-admin\b`),
+		regexp.MustCompile(`installed from config/default: .*\bValidatingAdmissionPolicy frontdesk-lease-guard\b`),
+		regexp.MustCompile(`installed from config/default: .*\bValidatingAdmissionPolicyBinding frontdesk-lease-guard\b`),
+		regexp.MustCompile(`installed from config/default: .*\bMutatingAdmissionPolicy frontdesk-lease-principal\b`),
+		regexp.MustCompile(`installed from config/default: .*\bMutatingAdmissionPolicyBinding frontdesk-lease-principal\b`),
 	} {
 		if !want.MatchString(text) {
 			t.Errorf("output does not match %s:\n%s", want, text)

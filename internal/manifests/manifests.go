@@ -48,18 +48,11 @@ func CreateFromFiles(ctx context.Context, c client.Client, namespace string, pat
 		if err != nil {
 			return created, fmt.Errorf("reading manifest: %w", err)
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			obj := &unstructured.Unstructured{}
-			if err := dec.Decode(&obj.Object); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				return created, fmt.Errorf("decoding %s: %w", path, err)
-			}
-			if len(obj.Object) == 0 {
-				continue
-			}
+		objs, err := Decode(data)
+		if err != nil {
+			return created, fmt.Errorf("decoding %s: %w", path, err)
+		}
+		for _, obj := range objs {
 			if err := setNamespace(c, obj, namespace); err != nil {
 				return created, err
 			}
@@ -70,6 +63,25 @@ func CreateFromFiles(ctx context.Context, c client.Client, namespace string, pat
 		}
 	}
 	return created, nil
+}
+
+// Decode returns the objects of a YAML (or JSON) stream, skipping empty
+// documents.
+func Decode(data []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs, nil
+			}
+			return objs, err
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
 }
 
 // setNamespace puts a namespaced object that names no namespace into

@@ -12,7 +12,7 @@ import (
 
 // Release gives the lock up if this client's identity holds it, whatever
 // the grant (for a holder that lost its Grant object, such as
-// `kubectl lock release`), handing it to the head of the queue of waiters
+// `kubectl dlock release`), handing it to the head of the queue of waiters
 // in the same write. It is a compare-and-swap; when another identity holds
 // the lock nothing changes and the error is ErrNotHolder.
 func (c *Client) Release(ctx context.Context) error {

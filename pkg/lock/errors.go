@@ -58,7 +58,7 @@ func (e *IdentityInUseError) Error() string {
 	}
 	return fmt.Sprintf("another client of lock %s %s under identity %q, this client's: give each process an identity of its own "+
 		"(leave --identity unset for a unique one); if that client is gone, its grant lapses after the lease, or is released with "+
-		"kubectl lock release %s --identity %s, and its place leaves the queue when its turn passes", e.Lock, what, e.Identity,
+		"kubectl dlock release %s --identity %s, and its place leaves the queue when its turn passes", e.Lock, what, e.Identity,
 		lockNameOnly(e.Lock), e.Identity)
 }
 

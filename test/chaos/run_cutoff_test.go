@@ -26,7 +26,7 @@ var (
 	kubectlLockErr  error
 )
 
-// kubectlLock builds the kubectl-lock plugin once per run.
+// kubectlLock builds the kubectl-dlock plugin once per run.
 func kubectlLock(t *testing.T) string {
 	t.Helper()
 	kubectlLockOnce.Do(func() {
@@ -35,18 +35,18 @@ func kubectlLock(t *testing.T) string {
 			kubectlLockErr = err
 			return
 		}
-		kubectlLockPath = filepath.Join(workDir, "kubectl-lock")
-		if out, err := exec.Command("go", "build", "-o", kubectlLockPath, filepath.Join(root, "cmd", "kubectl-lock")).CombinedOutput(); err != nil {
+		kubectlLockPath = filepath.Join(workDir, "kubectl-dlock")
+		if out, err := exec.Command("go", "build", "-o", kubectlLockPath, filepath.Join(root, "cmd", "kubectl-dlock")).CombinedOutput(); err != nil {
 			kubectlLockErr = fmt.Errorf("%v: %s", err, out)
 		}
 	})
 	if kubectlLockErr != nil {
-		t.Fatalf("building kubectl-lock: %v", kubectlLockErr)
+		t.Fatalf("building kubectl-dlock: %v", kubectlLockErr)
 	}
 	return kubectlLockPath
 }
 
-// runningPlugin is one `kubectl lock run` process and its exit status.
+// runningPlugin is one `kubectl dlock run` process and its exit status.
 type runningPlugin struct {
 	name   string
 	cmd    *exec.Cmd
@@ -61,10 +61,10 @@ func (p *runningPlugin) output() string {
 	return string(b)
 }
 
-// kubectl lock run cut off from the apiserver round after round. Each
+// kubectl dlock run cut off from the apiserver round after round. Each
 // round, the holder's proxy fails (black hole, resets, delays past the
-// lease, in turn) while its kubectl lock run keeps running, and the next
-// kubectl lock run waits for the lock. Every command ignores SIGTERM and
+// lease, in turn) while its kubectl dlock run keeps running, and the next
+// kubectl dlock run waits for the lock. Every command ignores SIGTERM and
 // appends "<its token> <time>" to one ledger file (O_APPEND: the order of
 // its lines is the order of the writes). The old holder's command must be
 // killed before the next holder's command starts: no line with a token
@@ -247,7 +247,7 @@ func checkRunLedger(t *testing.T, lines []runLedgerLine) {
 			}
 		}
 		if afterCut == 0 {
-			t.Errorf("the command holding token %d wrote nothing after its kubectl lock run was cut off", old)
+			t.Errorf("the command holding token %d wrote nothing after its kubectl dlock run was cut off", old)
 		}
 		margins = append(margins, fmt.Sprintf("%d->%d: %s (%d writes after the cut)", old, next,
 			time.Duration(lines[first[next]].at-lines[last[old]].at).Round(time.Millisecond), afterCut))

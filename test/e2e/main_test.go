@@ -43,8 +43,10 @@ const (
 var (
 	nodeImage    = envOr("FRONTDESK_KIND_NODE_IMAGE", "")
 	managerImage = envOr("FRONTDESK_E2E_MANAGER_IMAGE", "frontdesk-controller:e2e")
-	pluginImage  = envOr("FRONTDESK_E2E_PLUGIN_IMAGE", "frontdesk-kubectl-lock:e2e")
-	demoImage    = envOr("FRONTDESK_E2E_DEMO_IMAGE", "frontdesk-demo:e2e")
+	// bundleImage is the manager's image in the committed dist/install.yaml.
+	bundleImage = "frontdesk-controller:latest"
+	pluginImage = envOr("FRONTDESK_E2E_PLUGIN_IMAGE", "frontdesk-kubectl-dlock:e2e")
+	demoImage   = envOr("FRONTDESK_E2E_DEMO_IMAGE", "frontdesk-demo:e2e")
 )
 
 // The cluster every test uses; set up by TestMain.
@@ -141,14 +143,20 @@ func setUp(root string) (*kindCluster, error) {
 		return c, fmt.Errorf("loading images into kind: %w", err)
 	}
 
-	logf("deploying config/default")
-	manifests, err := c.kustomize("config/default")
+	// The install bundle is config/default in one file (make verify checks
+	// it is current); only its image is this run's.
+	logf("installing dist/install.yaml (config/default)")
+	bundle, err := os.ReadFile(filepath.Join(root, "dist", "install.yaml"))
 	if err != nil {
 		return c, err
 	}
-	manifests = strings.ReplaceAll(manifests, "image: controller:latest", "image: "+managerImage+"\n        imagePullPolicy: Never")
+	manifests := string(bundle)
+	if !strings.Contains(manifests, "image: "+bundleImage+"\n") {
+		return c, fmt.Errorf("dist/install.yaml does not name image %s: run make build-installer", bundleImage)
+	}
+	manifests = strings.ReplaceAll(manifests, "image: "+bundleImage+"\n", "image: "+managerImage+"\n        imagePullPolicy: Never\n")
 	if out, err := c.applyString(manifests); err != nil {
-		return c, fmt.Errorf("applying config/default: %w\n%s", err, out)
+		return c, fmt.Errorf("kubectl apply --server-side -f dist/install.yaml: %w\n%s", err, out)
 	}
 	if out, err := c.kubectl("-n", managerNS, "rollout", "status", "deployment/"+managerName, "--timeout=3m"); err != nil {
 		return c, fmt.Errorf("waiting for the manager: %w\n%s", err, out)

@@ -180,7 +180,7 @@ func TestGatedPodsAreAdmittedOneAtATimeInCreationOrder(t *testing.T) {
 	})
 }
 
-// startLockRun starts `kubectl lock run billing` with a command that
+// startLockRun starts `kubectl dlock run billing` with a command that
 // writes "<tag> $FENCING_TOKEN" to out, then waits until release exists.
 func startLockRun(t *testing.T, ns, identity, out, release string) func() int {
 	t.Helper()
@@ -199,8 +199,8 @@ func readToken(g Gomega, path string) int64 {
 	return token
 }
 
-// A gated pod waits behind a `kubectl lock run` that holds the lock, and a
-// `kubectl lock run` that queued behind an admitted pod waits until the pod
+// A gated pod waits behind a `kubectl dlock run` that holds the lock, and a
+// `kubectl dlock run` that queued behind an admitted pod waits until the pod
 // is finished: they exclude each other both ways, in one FIFO, and the
 // tokens rise across both.
 func TestGatedPodAndKubectlLockRunExcludeEachOther(t *testing.T) {
@@ -226,7 +226,7 @@ func TestGatedPodAndKubectlLockRunExcludeEachOther(t *testing.T) {
 	g.Expect(os.WriteFile(secondDone, nil, 0o600)).To(Succeed())
 	waitSecond := startLockRun(t, ns, "cli-2", second, secondDone)
 	g.Consistently(func() bool { _, err := os.Stat(second); return os.IsNotExist(err) }).
-		WithTimeout(3*time.Second).WithPolling(100*time.Millisecond).Should(BeTrue(), "kubectl lock run ran while the pod held the lock")
+		WithTimeout(3*time.Second).WithPolling(100*time.Millisecond).Should(BeTrue(), "kubectl dlock run ran while the pod held the lock")
 
 	setPhase(t, ns, "job", corev1.PodSucceeded)
 	g.Expect(waitSecond()).To(Equal(0))

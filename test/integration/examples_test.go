@@ -48,7 +48,7 @@ func startLedger(t *testing.T, root, lockName string) string {
 }
 
 // The shell example, as its README runs it: a POSIX shell script under
-// `kubectl lock run` sends $FENCING_TOKEN to an HTTP service guarded by
+// `kubectl dlock run` sends $FENCING_TOKEN to an HTTP service guarded by
 // pkg/fencing's middleware. Each run is a new grant with a higher token;
 // the script run with the token of an earlier grant (a holder that paused
 // past its lease) is refused and says so.
@@ -84,7 +84,7 @@ func TestShellExampleWritesThroughTheFencedLedger(t *testing.T) {
 	g.Expect(stderr.String()).To(ContainSubstring("the ledger refused fencing token 1 of lock billing: a newer holder has written"))
 	g.Expect(stderr.String()).To(ContainSubstring(`"currentToken":2`))
 
-	// Not run under kubectl lock run: refused before any write.
+	// Not run under kubectl dlock run: refused before any write.
 	bare := exec.Command(script, url, "customer-3", "1")
 	bare.Env = envWithout(os.Environ(), "FENCING_TOKEN=")
 	out, err := bare.CombinedOutput()

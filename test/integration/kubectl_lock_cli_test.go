@@ -26,7 +26,7 @@ import (
 	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
-// pluginEnv runs kubectl-lock against kubeconfig with extra environment
+// pluginEnv runs kubectl-dlock against kubeconfig with extra environment
 // variables (and without a $LOCK_IDENTITY the test run may have).
 func pluginEnv(t *testing.T, kubeconfig, namespace string, env []string, args ...string) pluginRun {
 	t.Helper()
@@ -136,8 +136,8 @@ func TestKubectlLockHelpNamesKubectlLock(t *testing.T) {
 		{"release", "--help"}, {"break", "--help"}} {
 		r := runPlugin(t, "default", args...)
 		g.Expect(r.code).To(Equal(0), r.stderr)
-		g.Expect(r.stdout).NotTo(ContainSubstring("kubectl-lock"), "help for %v", args)
-		usage := "kubectl lock"
+		g.Expect(r.stdout).NotTo(ContainSubstring("kubectl-dlock"), "help for %v", args)
+		usage := "kubectl dlock"
 		if len(args) == 2 {
 			usage += " " + args[0]
 		}
@@ -331,6 +331,7 @@ func TestKubectlLockGetShowsLeaseWhenStatusIsStale(t *testing.T) {
 	g.Expect(r.stdout).To(MatchRegexp(`\nFencing token:\s+3 \(from the Lease\)\n`))
 	g.Expect(r.stdout).To(MatchRegexp(`\nHeld:\s+Unknown\n`))
 	g.Expect(r.stdout).To(MatchRegexp(`\nLease duration:\s+30s: a holder that stops renewing lapses this long after its last renewal`))
+	g.Expect(strings.Count(r.stdout, "Lease duration:")).To(Equal(1), "the lease duration once:\n%s", r.stdout)
 	g.Expect(r.stdout).To(ContainSubstring("the controller has not observed this grant yet, so whether it is still live is unknown here"))
 	g.Expect(r.stdout).To(MatchRegexp(`\nStatus:\s+Stale\n\s+status stale: the controller has not recorded token 3 yet`))
 	g.Expect(r.stdout).To(MatchRegexp(`Controller's status:\n\s+Holder:\s+alice\n\s+Fencing token:\s+1\n\s+Held:\s+True\n`))

@@ -1,6 +1,6 @@
 package integration
 
-// Every grant works as a new user tries it: kubectl lock run on the shortest
+// Every grant works as a new user tries it: kubectl dlock run on the shortest
 // leases, hand-offs, a crowd started at once, one identity twice; repeated
 // to show a rate, and again with a CPU hog on one core.
 
@@ -35,7 +35,7 @@ func cpuHog(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 }
 
-// runResult is a finished kubectl lock run.
+// runResult is a finished kubectl dlock run.
 type runResult struct {
 	name   string
 	code   int
@@ -43,7 +43,7 @@ type runResult struct {
 	lines  []string // what its command wrote to its log
 }
 
-// startRun starts kubectl lock run on lock, with its command appending a
+// startRun starts kubectl dlock run on lock, with its command appending a
 // line with its token when it starts and when it ends to log.
 func startRun(t *testing.T, ns, lock, identity, log string, hold time.Duration, args ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
@@ -128,7 +128,7 @@ func readLines(t *testing.T, path string) []string {
 	return strings.Split(strings.TrimSpace(string(out)), "\n")
 }
 
-// A crowd of kubectl lock run started at once on a 3 s lock, each command
+// A crowd of kubectl dlock run started at once on a 3 s lock, each command
 // running for 40 % of the lease: every one gets the lock in turn, none exits
 // 75 (waiters that had waited long at the front of the queue used to be
 // SIGTERMed soon after their hand-off), the commands never overlap, and
@@ -177,7 +177,7 @@ func expectSerialRising(g Gomega, lines []string) {
 	}
 }
 
-// One identity twice: a second live kubectl lock run under an identity
+// One identity twice: a second live kubectl dlock run under an identity
 // already holding (or queued) is refused with an error that says so, and
 // exits non-zero without touching anyone's grant; a third waiter with an
 // identity of its own gets the lock after the holder, and keeps it.

@@ -1,6 +1,6 @@
 package integration
 
-// kubectl lock run stalled (SIGSTOP of the plugin alone, not its command):
+// kubectl dlock run stalled (SIGSTOP of the plugin alone, not its command):
 // the watchdog's deadline, which only the plugin extends, still ends the
 // command before the lease can lapse for anyone else.
 
@@ -48,7 +48,7 @@ func liveGroupMembers(g Gomega, pgid int) []int {
 
 // The plugin, and only the plugin, is stopped (SIGSTOP) for longer than its
 // 3s lease while its command appends to a ledger in a loop, and another
-// kubectl lock run waits for the lock. The watchdog's deadline passes
+// kubectl dlock run waits for the lock. The watchdog's deadline passes
 // without extension: it SIGKILLs the group, so the old command's last write
 // comes before the next holder's command starts, and no process of the old
 // group is running while the plugin is still stopped.
@@ -120,7 +120,7 @@ func TestKubectlLockRunStalledPluginKillsCommandBeforeNextHolder(t *testing.T) {
 	g.Expect(oldOut.String()).To(ContainSubstring("did not extend the deadline of its command's process group"))
 }
 
-// How long `kubectl lock run NAME -- true` takes end to end, acquire and
+// How long `kubectl dlock run NAME -- true` takes end to end, acquire and
 // release included (FRONTDESK_MEASURE_RUN=N runs it N times and logs the
 // mean and the fastest; skipped otherwise).
 func TestKubectlLockRunStartupCost(t *testing.T) {
@@ -144,5 +144,5 @@ func TestKubectlLockRunStartupCost(t *testing.T) {
 			fastest = took
 		}
 	}
-	t.Logf("kubectl lock run -- true, %d runs: mean %s, fastest %s", n, (total / time.Duration(n)).Round(100*time.Microsecond), fastest.Round(100*time.Microsecond))
+	t.Logf("kubectl dlock run -- true, %d runs: mean %s, fastest %s", n, (total / time.Duration(n)).Round(100*time.Microsecond), fastest.Round(100*time.Microsecond))
 }

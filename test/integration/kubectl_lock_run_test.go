@@ -1,9 +1,9 @@
 package integration
 
-// kubectl lock run and the processes of its command: the command's process
+// kubectl dlock run and the processes of its command: the command's process
 // group is dead before the lease can lapse for anyone else, and before the
 // lock is released; whatever ends it (the command's exit, a signal, renewals
-// cut off, kubectl lock run killed).
+// cut off, kubectl dlock run killed).
 
 import (
 	"bytes"
@@ -77,7 +77,7 @@ func processGroupOf(g Gomega, pid int) int {
 // background job (sleep 33 &, which ignores SIGINT as background jobs of a
 // non-interactive shell do). And the test puts a probe of its own into the
 // command's group: a process whose parent is the test, so it stays a zombie
-// until the test reaps it. Until then kubectl lock run must hold the lock:
+// until the test reaps it. Until then kubectl dlock run must hold the lock:
 // while the Lease still shows the holder, the background job and the probe
 // must already be dead; the release comes only after the test reaps the
 // probe.
@@ -131,7 +131,7 @@ func TestKubectlLockRunReapsLeftoversBeforeRelease(t *testing.T) {
 			})
 			g.Expect(ptr.Deref(getLease(g, ns, "billing").Spec.HolderIdentity, "")).To(Equal("runner"),
 				"released while a process of the group was not reaped yet")
-			g.Expect(exited).NotTo(Receive(), "kubectl lock run exited before the group was gone")
+			g.Expect(exited).NotTo(Receive(), "kubectl dlock run exited before the group was gone")
 
 			_ = probe.Wait()
 			reaped = true
@@ -142,7 +142,7 @@ func TestKubectlLockRunReapsLeftoversBeforeRelease(t *testing.T) {
 	}
 }
 
-// kill -9 of kubectl lock run: the watchdog leading the command's group
+// kill -9 of kubectl dlock run: the watchdog leading the command's group
 // SIGKILLs it, a background child of the command included, long before
 // the lease could lapse.
 func TestKubectlLockRunCommandDiesWithThePlugin(t *testing.T) {
@@ -172,10 +172,10 @@ func TestKubectlLockRunCommandDiesWithThePlugin(t *testing.T) {
 			time.Sleep(time.Millisecond) // polling interval
 		}
 	}
-	t.Logf("the command and its background child were dead %s after kubectl lock run was SIGKILLed", time.Since(killed).Round(100*time.Microsecond))
+	t.Logf("the command and its background child were dead %s after kubectl dlock run was SIGKILLed", time.Since(killed).Round(100*time.Microsecond))
 }
 
-// Renewals cut off by a proxy while kubectl lock run keeps running, and a
+// Renewals cut off by a proxy while kubectl dlock run keeps running, and a
 // command that ignores SIGTERM and appends to a ledger in a loop: it is
 // SIGKILLed before the lease can lapse, so the next holder's command, which
 // appends its own line when it starts, comes after the old command's last

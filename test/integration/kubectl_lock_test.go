@@ -27,7 +27,7 @@ var (
 	pluginErr  error
 )
 
-// kubectlLock returns the path of a freshly built kubectl-lock binary.
+// kubectlLock returns the path of a freshly built kubectl-dlock binary.
 func kubectlLock(t *testing.T) string {
 	t.Helper()
 	pluginOnce.Do(func() {
@@ -36,19 +36,19 @@ func kubectlLock(t *testing.T) string {
 			pluginErr = err
 			return
 		}
-		pluginPath = filepath.Join(filepath.Dir(kubeconfigPath), "kubectl-lock")
-		out, err := exec.Command("go", "build", "-o", pluginPath, filepath.Join(root, "cmd", "kubectl-lock")).CombinedOutput()
+		pluginPath = filepath.Join(filepath.Dir(kubeconfigPath), "kubectl-dlock")
+		out, err := exec.Command("go", "build", "-o", pluginPath, filepath.Join(root, "cmd", "kubectl-dlock")).CombinedOutput()
 		if err != nil {
 			pluginErr = errors.New(string(out))
 		}
 	})
 	if pluginErr != nil {
-		t.Fatalf("building kubectl-lock: %v", pluginErr)
+		t.Fatalf("building kubectl-dlock: %v", pluginErr)
 	}
 	return pluginPath
 }
 
-// pluginRun is a finished kubectl-lock invocation.
+// pluginRun is a finished kubectl-dlock invocation.
 type pluginRun struct {
 	code           int
 	stdout, stderr string
@@ -78,7 +78,7 @@ func exitCode(t *testing.T, err error) int {
 	case errors.As(err, &exit):
 		return exit.ExitCode()
 	default:
-		t.Fatalf("running kubectl-lock: %v", err)
+		t.Fatalf("running kubectl-dlock: %v", err)
 		return -1
 	}
 }
@@ -94,7 +94,8 @@ func TestKubectlLockGetDescribeAcquireReleaseBreak(t *testing.T) {
 
 	r = runPlugin(t, ns, "acquire", "billing", "--identity", "bob")
 	g.Expect(r.code).To(Equal(1))
-	g.Expect(r.stderr).To(MatchRegexp(`error: lock \S+/billing is held by alice \(fencing token 1\) until ~\S+ unless it renews`))
+	g.Expect(r.stderr).To(MatchRegexp(`error: lock \S+/billing is held by alice \(fencing token 1\) until ~\S+ unless it renews; ` +
+		`not waiting \(--wait 0, the default\): to queue for it, pass --wait with how long, e.g. --wait 5m`))
 
 	eventually(t, 2*time.Second, func(g Gomega) {
 		r := runPlugin(t, ns, "get")
@@ -168,7 +169,7 @@ func TestKubectlLockRunPassesTokenAndExitStatus(t *testing.T) {
 	g.Expect(r.stderr).To(ContainSubstring("/no/such/command: command not found"))
 	r = runPlugin(t, ns, "run", "billing", "true")
 	g.Expect(r.code).To(Equal(1))
-	g.Expect(r.stderr).To(ContainSubstring("usage: kubectl lock run NAME [flags] -- COMMAND [ARGS...]"))
+	g.Expect(r.stderr).To(ContainSubstring("usage: kubectl dlock run NAME [flags] -- COMMAND [ARGS...]"))
 	g.Expect(ptr.Deref(getLease(g, ns, "billing").Spec.LeaseTransitions, 0)).To(BeEquivalentTo(3), "three grants: a command not found takes none")
 
 	// While someone else holds it, run fails at once without --wait.
@@ -178,6 +179,7 @@ func TestKubectlLockRunPassesTokenAndExitStatus(t *testing.T) {
 	g.Expect(r.code).To(Equal(1))
 	g.Expect(r.stdout).To(BeEmpty())
 	g.Expect(r.stderr).To(ContainSubstring("is held by other"))
+	g.Expect(r.stderr).To(ContainSubstring("not waiting (--wait 0, the default): to queue for it, pass --wait"))
 	g.Expect(held.Release(context.Background())).To(Succeed())
 }
 

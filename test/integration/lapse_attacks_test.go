@@ -39,7 +39,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// plugin is a kubectl lock process started by a test.
+// plugin is a kubectl dlock process started by a test.
 type plugin struct {
 	cmd         *exec.Cmd
 	out, errOut *syncBuffer
@@ -48,7 +48,7 @@ type plugin struct {
 	err    error
 }
 
-// startPlugin starts kubectl lock with args in ns, its output captured.
+// startPlugin starts kubectl dlock with args in ns, its output captured.
 func startPlugin(t *testing.T, ns string, args ...string) *plugin {
 	t.Helper()
 	p := &plugin{cmd: pluginCommand(t, ns, args...), out: &syncBuffer{}, errOut: &syncBuffer{}, exited: make(chan struct{})}
@@ -79,7 +79,7 @@ func waitLapseMark(t *testing.T, ns, name string, token int64) {
 	})
 }
 
-// freezeHeadThroughALapsedHandOff queues waiter (a kubectl lock run with
+// freezeHeadThroughALapsedHandOff queues waiter (a kubectl dlock run with
 // args) behind holder's grant, freezes it with SIGSTOP, has the holder
 // release (the release hands the lock to the frozen waiter), waits until
 // the controller marks that handed-off grant lapsed, and thaws the waiter.
@@ -175,7 +175,7 @@ func TestLapsedHandOffIsTakenAnewUnderThePolicy(t *testing.T) {
 // Promise (liveness): a place whose client is gone leaves the queue when
 // its turn passes. A waiter killed while queued leaves its place; when the
 // lock falls free other than by a hand-off and nobody else wants it, the
-// next process under that identity (a retried job: kubectl lock run
+// next process under that identity (a retried job: kubectl dlock run
 // --identity) is refused with ErrIdentityInUse for good: the dead place is
 // at the head, and only another's takeover would remove it.
 func TestDeadPlaceDoesNotLockItsIdentityOutForGood(t *testing.T) {

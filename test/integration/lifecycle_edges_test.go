@@ -403,7 +403,7 @@ func TestNamespaceDeletionIsNotHeldUpByRecords(t *testing.T) {
 	})
 }
 
-// kubectl lock break edits only a Lease the lock controls: not a Lease it
+// kubectl dlock break edits only a Lease the lock controls: not a Lease it
 // has not adopted (here a live leader election's).
 func TestBreakLeavesALeaseTheLockDoesNotControlAlone(t *testing.T) {
 	ns := newNamespace(t)

@@ -201,7 +201,7 @@ func TestParticipantCannotChangeTheLeaseDuration(t *testing.T) {
 	g.Expect(gm.Release(context.Background())).To(Succeed())
 }
 
-// Attack: releasing another's grant by claiming its identity (kubectl lock
+// Attack: releasing another's grant by claiming its identity (kubectl dlock
 // release --identity <the holder's>). Identities are strings anyone can
 // claim; the grant is bound to the principal that made it.
 func TestParticipantCannotReleaseAnothersGrant(t *testing.T) {

@@ -1,5 +1,5 @@
-// Command kubectl-lock is the `kubectl lock` plugin for frontdesk
-// DistributedLocks. Put it on your PATH and run `kubectl lock --help`.
+// Command kubectl-dlock is the `kubectl dlock` plugin for frontdesk
+// DistributedLocks. Put it on your PATH and run `kubectl dlock --help`.
 package main
 
 import (
@@ -10,7 +10,7 @@ import (
 
 func main() {
 	if len(os.Args) == 2 && os.Args[1] == cli.WatchdogArg {
-		// kubectl lock run started this binary again as the watchdog of
+		// kubectl dlock run started this binary again as the watchdog of
 		// its command's process group.
 		os.Exit(cli.RunWatchdog())
 	}

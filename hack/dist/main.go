@@ -1,0 +1,347 @@
+// Command dist writes what dist/ ships from config/: the install bundle
+// (config/default as kustomize renders it, in one file, with the manager's
+// image set) and the Helm chart (every object of config/default, and
+// config/prometheus's each behind a value, with the values a user sets
+// templated in, so that the chart's default rendering is the bundle). With
+// -check it compares a rendering of the chart (helm template) with the
+// bundle, object by object.
+//
+//	go run ./hack/dist -bundle dist/install.yaml -image frontdesk-controller:latest
+//	go run ./hack/dist -chart dist/chart -image frontdesk-controller:latest
+//	go run ./hack/dist -check rendered.yaml -against dist/install.yaml
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+func main() {
+	bundle := flag.String("bundle", "", "Write the install bundle to this file.")
+	chart := flag.String("chart", "", "Write the chart into this directory (replaced).")
+	image := flag.String("image", "frontdesk-controller:latest", "The manager's image (repository:tag): the bundle's, and the chart's default.")
+	check := flag.String("check", "", "Compare this rendering of the chart with -against.")
+	against := flag.String("against", "dist/install.yaml", "The install bundle -check compares with.")
+	flag.Parse()
+	var err error
+	switch {
+	case *check != "":
+		err = compare(*check, *against)
+	case *bundle != "":
+		err = writeBundle(*bundle, *image)
+	case *chart != "":
+		err = writeChart(*chart, *image)
+	default:
+		err = errors.New("give -bundle, -chart or -check")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dist:", err)
+		os.Exit(1)
+	}
+}
+
+// managerImage is the image config/manager names, which the bundle and the
+// chart replace.
+const managerImage = "image: controller:latest"
+
+// writeBundle renders config/default into one file, with the manager's
+// image set.
+func writeBundle(path, image string) error {
+	objs, err := render("config/default")
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("# frontdesk install bundle: config/default rendered by make build-installer; do not edit.\n")
+	b.WriteString("# Install: kubectl apply --server-side -f install.yaml (Kubernetes 1.36 or later).\n")
+	replaced := false
+	for i, o := range objs {
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		text := string(o.yaml)
+		if o.kind == "Deployment" && strings.Contains(text, managerImage) {
+			text, replaced = strings.ReplaceAll(text, managerImage, "image: "+image), true
+		}
+		b.WriteString(text)
+	}
+	if !replaced {
+		return fmt.Errorf("config/default has no Deployment with %q", managerImage)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// writeChart renders config/default and config/prometheus and writes the
+// chart.
+func writeChart(out, image string) error {
+	repo, tag, ok := strings.Cut(image, ":")
+	if !ok {
+		return fmt.Errorf("-image %q: want repository:tag", image)
+	}
+	objs, err := render("config/default")
+	if err != nil {
+		return err
+	}
+	monitoring, err := render("config/prometheus")
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(out); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(out, "templates"), 0o755); err != nil {
+		return err
+	}
+	var resources any
+	for _, o := range append(objs, monitoring...) {
+		text := escape(string(o.yaml))
+		switch {
+		case o.kind == "Deployment":
+			if text, resources, err = templateDeployment(text, o.yaml); err != nil {
+				return err
+			}
+		case strings.HasPrefix(o.apiVersion, "admissionregistration.k8s.io/"):
+			text = wrap(".Values.policies.enabled", text)
+		case strings.HasPrefix(o.apiVersion, "flowcontrol.apiserver.k8s.io/"):
+			text = wrap(".Values.priority.enabled", text)
+		case o.kind == "ServiceMonitor":
+			text = wrap(`and .Values.metrics.serviceMonitor.enabled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")`, text)
+		case o.kind == "PrometheusRule":
+			text = wrap(`and .Values.alerts.enabled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule")`, text)
+		}
+		name := strings.ToLower(o.kind + "-" + o.name + ".yaml")
+		if err := os.WriteFile(filepath.Join(out, "templates", name), []byte(text), 0o644); err != nil {
+			return err
+		}
+	}
+	if resources == nil {
+		return errors.New("config/default has no Deployment")
+	}
+	res, err := yaml.Marshal(map[string]any{"resources": resources})
+	if err != nil {
+		return err
+	}
+	files := map[string]string{
+		"Chart.yaml":  chartYAML,
+		"values.yaml": fmt.Sprintf(valuesYAML, repo, tag, strings.TrimSpace(string(res))),
+		".helmignore": "# Generated by hack/dist (make chart).\n",
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(out, name), []byte(text), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const chartYAML = `# Generated by hack/dist from config/ (make chart); do not edit.
+apiVersion: v2
+name: frontdesk
+description: Distributed locks with fencing tokens for Kubernetes.
+type: application
+version: 0.1.0
+appVersion: "0.1.0"
+`
+
+const valuesYAML = `# Generated by hack/dist from config/ (make chart); do not edit. The
+# defaults render config/default's objects, the install bundle's
+# (dist/install.yaml): make verify checks that.
+
+# The manager's image.
+image:
+  repository: %s
+  tag: %s
+  # pullPolicy: empty leaves the cluster's default.
+  pullPolicy: ""
+
+# Manager replicas; with leader election one of them reconciles.
+replicas: 2
+
+# The manager container's requests and limits.
+%s
+
+leaderElection:
+  # --leader-elect: keep it on with more than one replica.
+  enabled: true
+
+# --zap-log-level: debug, info, error, or a number for more detail; empty
+# leaves the manager's default (info).
+logLevel: ""
+
+metrics:
+  serviceMonitor:
+    # A ServiceMonitor for the metrics Service, where the
+    # monitoring.coreos.com/v1 ServiceMonitor CRD exists.
+    enabled: true
+
+alerts:
+  # config/prometheus's PrometheusRule, where its CRD exists.
+  enabled: true
+
+policies:
+  # The Lease guard (config/lease-policy): admission policies that keep
+  # participants from harming each other's grants.
+  enabled: true
+
+priority:
+  # API Priority and Fairness for Lease writes (config/priority).
+  enabled: true
+`
+
+// object is one rendered object.
+type object struct {
+	apiVersion, kind, name string
+	yaml                   []byte
+}
+
+// render runs kustomize on dir, as `kubectl kustomize` does.
+func render(dir string) ([]object, error) {
+	opts := krusty.MakeDefaultOptions()
+	opts.Reorder = krusty.ReorderOptionLegacy // kubectl kustomize's order: namespaces and CRDs first
+	k := krusty.MakeKustomizer(opts)
+	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
+	}
+	var objs []object
+	for _, r := range m.Resources() {
+		b, err := r.AsYAML()
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, object{apiVersion: r.GetApiVersion(), kind: r.GetKind(), name: r.GetName(), yaml: b})
+	}
+	return objs, nil
+}
+
+var braces = regexp.MustCompile(`\{\{|\}\}`)
+
+// escape keeps helm from reading "{{" and "}}" in the objects (alert
+// annotations are Go templates of their own).
+func escape(s string) string {
+	return braces.ReplaceAllStringFunc(s, func(b string) string { return `{{ "` + b + `" }}` })
+}
+
+func wrap(cond, text string) string {
+	return "{{- if " + cond + " }}\n" + text + "{{- end }}\n"
+}
+
+// templateDeployment puts the values into the manager's Deployment and
+// returns it with its resources, the default of .Values.resources.
+func templateDeployment(text string, raw []byte) (string, any, error) {
+	var d struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					Containers []struct {
+						Resources any `json:"resources"`
+					} `json:"containers"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(raw, &d); err != nil || len(d.Spec.Template.Spec.Containers) != 1 {
+		return "", nil, fmt.Errorf("the manager's Deployment: want one container (%v)", err)
+	}
+	subs := []struct{ re, with string }{
+		{`(?m)^  replicas: 2$`, `  replicas: {{ .Values.replicas }}`},
+		{`(?m)^        ` + managerImage + `$`, `        image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
+        {{- with .Values.image.pullPolicy }}
+        imagePullPolicy: {{ . }}
+        {{- end }}`},
+		{`(?m)^        - --leader-elect$`, `        {{- if .Values.leaderElection.enabled }}
+        - --leader-elect
+        {{- end }}
+        {{- with .Values.logLevel }}
+        - --zap-log-level={{ . }}
+        {{- end }}`},
+		{`(?m)^        resources:\n(?:          .*\n)+`, "        resources:\n          {{- toYaml .Values.resources | nindent 10 }}\n"},
+	}
+	for _, s := range subs {
+		re := regexp.MustCompile(s.re)
+		if !re.MatchString(text) {
+			return "", nil, fmt.Errorf("the manager's Deployment has no line matching %s: update hack/dist", s.re)
+		}
+		text = re.ReplaceAllLiteralString(text, s.with)
+	}
+	return text, d.Spec.Template.Spec.Containers[0].Resources, nil
+}
+
+// compare fails unless the files hold the same objects.
+func compare(renderedPath, bundlePath string) error {
+	rendered, err := decodeFile(renderedPath)
+	if err != nil {
+		return err
+	}
+	bundle, err := decodeFile(bundlePath)
+	if err != nil {
+		return err
+	}
+	var diffs []string
+	for k, o := range bundle {
+		r, ok := rendered[k]
+		switch {
+		case !ok:
+			diffs = append(diffs, k+": in the bundle, not rendered by the chart")
+		case !reflect.DeepEqual(o.Object, r.Object):
+			a, _ := yaml.Marshal(o.Object)
+			b, _ := yaml.Marshal(r.Object)
+			diffs = append(diffs, fmt.Sprintf("%s differs:\n--- bundle\n%s--- chart\n%s", k, a, b))
+		}
+	}
+	for k := range rendered {
+		if _, ok := bundle[k]; !ok {
+			diffs = append(diffs, k+": rendered by the chart, not in the bundle")
+		}
+	}
+	if len(diffs) > 0 {
+		slices.Sort(diffs)
+		return fmt.Errorf("the chart's default rendering (%s) is not the bundle (%s):\n%s", renderedPath, bundlePath, strings.Join(diffs, "\n"))
+	}
+	fmt.Printf("the chart's defaults render the bundle's %d objects\n", len(bundle))
+	return nil
+}
+
+func decodeFile(path string) (map[string]*unstructured.Unstructured, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	objs := map[string]*unstructured.Unstructured{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		o := &unstructured.Unstructured{}
+		if err := dec.Decode(&o.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs, nil
+			}
+			return nil, fmt.Errorf("decoding %s: %w", path, err)
+		}
+		if len(o.Object) == 0 {
+			continue
+		}
+		k := o.GetAPIVersion() + " " + o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+		if _, dup := objs[k]; dup {
+			return nil, fmt.Errorf("%s: %s twice", path, k)
+		}
+		objs[k] = o
+	}
+}
