@@ -150,6 +150,7 @@ func TestManagerRBACIsLeastPrivilege(t *testing.T) {
 		{[]string{"update", "leases.coordination.k8s.io", "-n", "default"}, "yes"},
 		{[]string{"delete", "leases.coordination.k8s.io", "-n", "default"}, "no"}, // a deleted lock keeps its Lease as the token record
 		{[]string{"patch", "pods", "-n", "default"}, "yes"},
+		{[]string{"update", "pods", "-n", "default"}, "yes"}, // an admitted pod's gate and token, in one write
 		{[]string{"watch", "pods", "-A"}, "yes"},
 		{[]string{"create", "events.events.k8s.io", "-n", "default"}, "yes"},
 		{[]string{"create", "tokenreviews.authentication.k8s.io"}, "yes"},
@@ -161,7 +162,7 @@ func TestManagerRBACIsLeastPrivilege(t *testing.T) {
 		{[]string{"patch", "leases.coordination.k8s.io", "-n", "default"}, "yes"}, // the lapse mark, the passed places
 		{[]string{"create", "pods", "-n", "default"}, "no"},
 		{[]string{"delete", "pods", "-n", "default"}, "no"},
-		{[]string{"update", "pods/status", "-n", "default"}, "no"},
+		{[]string{"update", "pods", "--subresource=status", "-n", "default"}, "no"},
 		{[]string{"get", "secrets", "-n", "default"}, "no"},
 		{[]string{"list", "configmaps", "-n", "default"}, "no"},
 		{[]string{"create", "deployments.apps", "-n", "default"}, "no"},

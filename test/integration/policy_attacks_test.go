@@ -312,3 +312,36 @@ func fillEdit(b int, ticket string) func(l *coordinationv1.Lease) {
 		l.Labels["example.com/pad"] = strings.Repeat("x", b%63)
 	}
 }
+
+// Promise: places with tickets pod-<uid> are the manager's, for the pods it
+// admits to a lock (controllers/admission.go trusts them as such). A
+// participant that writes one, to have a gated pod jump the queue or to
+// have the lock handed to a pod that never asked for it, is refused; an
+// honest registration beside it lands.
+func TestParticipantCannotRegisterAPodsPlace(t *testing.T) {
+	ns := guardedLock(t, "billing", 3)
+	alice := newParticipant(t, ns, "alice", "")
+	mallory := newParticipant(t, ns, "mallory", "")
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ga, err := alice.lockClient(t, ns, "billing", "alice-1").TryAcquire(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	const uid = "0f3c9a6e-5b1d-4c1e-9d55-6f0e2b7a9c11"
+	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
+		l.Annotations[lease.EntryKey("pod-"+uid)] = "0,1,billing-job_" + uid
+		l.Annotations[lease.QueuedByKey("pod-"+uid)] = mallory.principal
+	})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "mallory registered a pod's place: %v", err)
+	g.Expect(err).To(MatchError(ContainSubstring("pod-<uid>")))
+	g.Expect(lease.Queue(getLease(g, ns, "billing"))).To(BeEmpty())
+
+	done := acquireInBackground(ctx, mallory.lockClient(t, ns, "billing", "mallory-1"))
+	queuedTicket(t, ns, "billing", "mallory-1")
+	g.Expect(ga.Release(ctx)).To(Succeed())
+	r := <-done
+	g.Expect(r.err).NotTo(HaveOccurred(), "mallory's honest registration")
+	g.Expect(r.grant.Token()).To(Equal(ga.Token() + 1))
+	g.Expect(r.grant.Release(ctx)).To(Succeed())
+}
