@@ -81,7 +81,7 @@ chaos: manifests generate k8s-binaries ## Fault suite, long version (the short o
 E2E_FLAGS ?=
 
 .PHONY: test-e2e
-test-e2e: manifests generate k8s-binaries ## Create a 3-node kind cluster from images built here, deploy config/default, run the e2e tests (needs docker; skips without it).
+test-e2e: manifests generate k8s-binaries helm ## Create a 3-node kind cluster from images built here, deploy config/default, run the e2e tests (needs docker; skips without it).
 	go test -tags e2e ./test/e2e/ -count=1 -timeout 90m -v $(E2E_FLAGS)
 
 # Images of `make kind-images` (the e2e tests use these names).
