@@ -146,7 +146,7 @@ func (r *DistributedLockReconciler) takeGrantForPod(ctx context.Context, lock *l
 	waiting []corev1.Pod, res *admissionResult, now time.Time) (bool, error) {
 	current := res.lease
 	holder := lease.Holder(current)
-	if holder != "" && current.Annotations[locksv1alpha1.AdmittedGrantAnnotation] == holder {
+	if isAdmittedGrant(current) {
 		return false, nil
 	}
 	if holder != "" {
@@ -163,7 +163,7 @@ func (r *DistributedLockReconciler) takeGrantForPod(ctx context.Context, lock *l
 		if taken.Annotations == nil {
 			taken.Annotations = map[string]string{}
 		}
-		taken.Annotations[locksv1alpha1.AdmittedGrantAnnotation] = holder
+		taken.Annotations[locksv1alpha1.AdmittedGrantAnnotation] = admittedMark(holder, lease.Token(taken))
 		updated, err := r.writeLease(ctx, taken)
 		if err != nil {
 			return false, fmt.Errorf("taking up the grant handed to pod %s: %w", pod.Name, err)
@@ -190,7 +190,7 @@ func (r *DistributedLockReconciler) grantForPod(ctx context.Context, lock *locks
 	if err != nil {
 		return fmt.Errorf("granting the lock to pod %s: %w", pod.Name, err)
 	}
-	p.Set(lease.AnnotationPath(locksv1alpha1.AdmittedGrantAnnotation), identity)
+	p.Set(lease.AnnotationPath(locksv1alpha1.AdmittedGrantAnnotation), admittedMark(identity, lease.Token(res.lease)+1))
 	granted, err := p.ApplyTo(res.lease)
 	if err != nil {
 		return fmt.Errorf("granting the lock to pod %s: %w", pod.Name, err)
@@ -211,7 +211,7 @@ func (r *DistributedLockReconciler) grantForPod(ctx context.Context, lock *locks
 func (r *DistributedLockReconciler) admitHolder(ctx context.Context, lock *locksv1alpha1.DistributedLock,
 	res *admissionResult, confirmed bool, obs lease.Observation, now time.Time) error {
 	holder := lease.Holder(res.lease)
-	if holder == "" || res.lease.Annotations[locksv1alpha1.AdmittedGrantAnnotation] != holder {
+	if !isAdmittedGrant(res.lease) {
 		return nil
 	}
 	pod := podByIdentity(res.gated, holder)
@@ -293,11 +293,15 @@ func (r *DistributedLockReconciler) syncPodPlaces(ctx context.Context, res *admi
 		}
 	}
 	var stale []string
+	podPlaces := 0
 	for t := range queued {
 		if strings.HasPrefix(t, podTicketPrefix) && !waitingTickets[t] {
 			stale = append(stale, t)
+		} else if strings.HasPrefix(t, podTicketPrefix) {
+			podPlaces++
 		}
 	}
+	missing = missing[:min(len(missing), podPlacesRoom(podPlaces, len(queued)))]
 	if len(missing) > 0 {
 		registered, err := lease.Registered(current, missing)
 		if err != nil {
@@ -309,6 +313,18 @@ func (r *DistributedLockReconciler) syncPodPlaces(ctx context.Context, res *admi
 		res.lease = current
 	}
 	return r.removePodPlaces(ctx, res, stale)
+}
+
+// maxPodPlaces bounds the places the controller holds in one lock's queue
+// for gated pods: whoever may create pods cannot fill the queue (or the
+// Lease) so that nobody else can register. The pods beyond it stay gated,
+// and are queued, oldest first, as places free up.
+const maxPodPlaces = 64
+
+// podPlacesRoom is how many more gated pods may be queued when podPlaces of
+// the queued places are pods'.
+func podPlacesRoom(podPlaces, queued int) int {
+	return max(0, min(maxPodPlaces-podPlaces, lease.MaxQueue-queued))
 }
 
 // removePodPlaces removes the places of pods that no longer wait.

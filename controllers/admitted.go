@@ -3,8 +3,10 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,7 +36,7 @@ import (
 func (r *DistributedLockReconciler) tendAdmittedGrant(ctx context.Context, lock *locksv1alpha1.DistributedLock,
 	pods []corev1.Pod, res *admissionResult, obs lease.Observation, now time.Time) (bool, error) {
 	holder := lease.Holder(res.lease)
-	if holder == "" || res.lease.Annotations[locksv1alpha1.AdmittedGrantAnnotation] != holder {
+	if !isAdmittedGrant(res.lease) {
 		return false, nil
 	}
 	why, wait, err := r.admittedFate(ctx, lock, pods, holder, obs, now)
@@ -72,12 +74,15 @@ func (r *DistributedLockReconciler) admittedFate(ctx context.Context, lock *lock
 	case pod == nil && r.podNotes.endOf(uid) == endNeverBound:
 		return fmt.Sprintf("pod %s was deleted before it was bound to a node (it never ran)", name), 0, nil
 	case pod == nil && r.podNotes.endOf(uid) == endGraceful:
-		return fmt.Sprintf("pod %s is gone after a graceful deletion (its kubelet confirmed its containers stopped)", name), 0, nil
+		return fmt.Sprintf("pod %s is gone after a graceful deletion (its kubelet reported its containers stopped)", name), 0, nil
 	case pod == nil:
 		return r.waitOut(obs, lock, "gone/"+string(uid), now,
 			fmt.Sprintf("pod %s went without a confirmed stop (force deletion): waited out the lease duration", name))
-	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+	case (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) && containersStopped(pod):
 		return fmt.Sprintf("pod %s %s", name, pod.Status.Phase), 0, nil
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		return r.waitOut(obs, lock, "finished/"+string(uid), now, fmt.Sprintf(
+			"pod %s is %s without its containers reported stopped (the pod garbage collector, a lost node): waited out the lease duration", name, pod.Status.Phase))
 	case pod.DeletionTimestamp != nil && pod.Spec.NodeName == "":
 		return fmt.Sprintf("pod %s was deleted before it was bound to a node (it never ran)", name), 0, nil
 	case pod.Spec.NodeName == "":
@@ -174,7 +179,7 @@ func (r *DistributedLockReconciler) endAdmittedGrant(ctx context.Context, lock *
 		ended.Annotations = map[string]string{}
 	}
 	if next {
-		ended.Annotations[locksv1alpha1.AdmittedGrantAnnotation] = head.Identity
+		ended.Annotations[locksv1alpha1.AdmittedGrantAnnotation] = admittedMark(head.Identity, lease.Token(ended))
 	}
 	updated, err := r.writeLease(ctx, ended)
 	if err != nil {
@@ -187,4 +192,22 @@ func (r *DistributedLockReconciler) endAdmittedGrant(ctx context.Context, lock *
 	}
 	res.events = append(res.events, lockEvent{corev1.EventTypeNormal, EventPodReleased, msg})
 	return next, nil
+}
+
+// admittedMark is the value of AdmittedGrantAnnotation for the grant the
+// controller holds for an admitted pod: its identity and its fencing
+// token. A mark left behind by a grant that a break or a release ended
+// names an old token, so it never makes a later grant under the same
+// identity (anyone may claim one) pass for the controller's.
+func admittedMark(identity string, token int64) string {
+	return identity + "," + strconv.FormatInt(token, 10)
+}
+
+// isAdmittedGrant reports whether l's current grant is one the controller
+// holds for an admitted pod: the mark names its holder and its token.
+func isAdmittedGrant(l *coordinationv1.Lease) bool {
+	if l == nil || lease.Holder(l) == "" {
+		return false
+	}
+	return l.Annotations[locksv1alpha1.AdmittedGrantAnnotation] == admittedMark(lease.Holder(l), lease.Token(l))
 }

@@ -183,7 +183,7 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 	grantToken := obs.Record.Token
 	controllerGrant := state.lease != nil && obs.Record.Holder != "" &&
 		(state.lease.Annotations[locksv1alpha1.CandidateGrantAnnotation] == obs.Record.Holder ||
-			state.lease.Annotations[locksv1alpha1.AdmittedGrantAnnotation] == obs.Record.Holder)
+			isAdmittedGrant(state.lease) && lease.Holder(state.lease) == obs.Record.Holder)
 	if res.status.HolderPod, err = r.holderPodName(ctx, lock, &res.status, grantToken, controllerGrant); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -34,7 +34,7 @@ func (r *DistributedLockReconciler) markLapsed(ctx context.Context, lock *locksv
 	obs lease.Observation, now time.Time) (*coordinationv1.Lease, time.Duration, error) {
 	rec := obs.Record
 	if l == nil || rec.Holder == "" || rec.Lapsed || !ownedBy(l, lock) ||
-		l.Annotations[locksv1alpha1.CandidateGrantAnnotation] == rec.Holder || l.Annotations[locksv1alpha1.AdmittedGrantAnnotation] == rec.Holder {
+		l.Annotations[locksv1alpha1.CandidateGrantAnnotation] == rec.Holder || isAdmittedGrant(l) {
 		return l, 0, nil
 	}
 	if deadline := obs.Deadline(lockDuration(lock)); now.Before(deadline) {

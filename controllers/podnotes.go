@@ -69,7 +69,10 @@ func (n *podNotes) deleted(p *corev1.Pod, unknown bool) {
 	case unknown:
 	case p.Spec.NodeName == "":
 		n.ended[p.UID] = endNeverBound
-	case n.graceful[p.UID]:
+	case n.graceful[p.UID] && containersStopped(p):
+		// The kubelet reported every container terminated, then removed
+		// the pod: a force deletion of a pod still terminating shows them
+		// running.
 		n.ended[p.UID] = endGraceful
 	}
 	delete(n.graceful, p.UID)
@@ -144,4 +147,20 @@ func (r *DistributedLockReconciler) podEvents() handler.EventHandler {
 		},
 		GenericFunc: func(ctx context.Context, e event.GenericEvent, q queue) { enqueue(ctx, e.Object, q) },
 	}
+}
+
+// containersStopped reports whether p's status, as its kubelet wrote it,
+// shows every container of p terminated: the proof that it stopped. (The
+// pod garbage collector marks pods Failed, and a force deletion removes
+// them, without it.)
+func containersStopped(p *corev1.Pod) bool {
+	if len(p.Spec.Containers) == 0 || len(p.Status.ContainerStatuses) < len(p.Spec.Containers) {
+		return false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Terminated == nil {
+			return false
+		}
+	}
+	return true
 }

@@ -17,11 +17,27 @@ func TestPodNotesProveOnlyWhatTheWatchShowed(t *testing.T) {
 		}
 		return p
 	}
+	stopped := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.Containers = []corev1.Container{{Name: "work"}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "work",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
+		return p
+	}
+	running := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.Containers = []corev1.Container{{Name: "work"}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "work",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+		return p
+	}
 	n := newPodNotes()
 	// Graceful: seen terminating with a grace period on its node, then
 	// deleted (the kubelet's grace-0 delete).
 	n.saw(pod("graceful", "n1", ptr.To[int64](30)))
-	n.deleted(pod("graceful", "n1", ptr.To[int64](0)), false)
+	n.deleted(stopped(pod("graceful", "n1", ptr.To[int64](0))), false)
+	// Graceful, then forced while its containers still ran (a partitioned
+	// kubelet): no proof.
+	n.saw(pod("graceful-then-forced", "n1", ptr.To[int64](30)))
+	n.deleted(running(pod("graceful-then-forced", "n1", ptr.To[int64](0))), false)
 	// Force: deleted with grace 0 straight from running.
 	n.saw(pod("force", "n1", ptr.To[int64](0)))
 	n.deleted(pod("force", "n1", ptr.To[int64](0)), false)
@@ -32,7 +48,7 @@ func TestPodNotesProveOnlyWhatTheWatchShowed(t *testing.T) {
 	n.deleted(pod("tombstone", "n1", nil), true)
 
 	for uid, want := range map[string]podEnd{"graceful": endGraceful, "force": endUnknown, "unbound": endNeverBound,
-		"tombstone": endUnknown, "never-seen": endUnknown} {
+		"tombstone": endUnknown, "never-seen": endUnknown, "graceful-then-forced": endUnknown} {
 		if got := n.endOf(pod(uid, "", nil).UID); got != want {
 			t.Errorf("%s: end %v, want %v", uid, got, want)
 		}

@@ -45,10 +45,10 @@ const (
 	// AdmissionGate is the scheduling gate that keeps a pod that runs
 	// holding a lock from being scheduled before it holds it.
 	AdmissionGate = "locks.frontdesk.dev/admission"
-	// AdmittedGrantAnnotation on a Lease is the identity of the pod the
-	// controller holds the current grant for (an admitted pod). When it
-	// equals the current holder, the grant is the controller's to renew
-	// and to end.
+	// AdmittedGrantAnnotation on a Lease names the grant the controller
+	// holds for an admitted pod: "<identity>,<fencing token>". When it
+	// names the current holder and token, the grant is the controller's to
+	// renew and to end; only the manager writes it.
 	AdmittedGrantAnnotation = "locks.frontdesk.dev/admitted-grant"
 	// IdentitySeparator separates the pod name from the rest of a holder
 	// identity: "<pod>_<suffix>". It cannot occur in a pod name.

@@ -38,9 +38,11 @@ func mustRequirement(key string, op selection.Operator, values ...string) labels
 }
 
 // slimPod is the cache transform for pods: it keeps the metadata (without
-// managedFields), status.phase and status.conditions, which is all the
-// controller reads, with the spec's nodeName and schedulingGates, and drops
-// the rest of the spec and status. The controller patches pods (marks, by
+// managedFields), status.phase and status.conditions, the spec's nodeName
+// and schedulingGates, and of each container its name and whether its
+// status says it terminated (the proof that an admitted pod stopped),
+// which is all the controller reads, and drops the rest of the spec and
+// status. The controller patches pods (marks, by
 // merge patch) or updates a pod it read from the apiserver (admission),
 // never a cached copy, so the cached copies need no more. Other
 // objects, such as cache tombstones, pass through unchanged.
@@ -50,7 +52,18 @@ func slimPod(obj any) (any, error) {
 		return obj, nil
 	}
 	pod.ManagedFields = nil
-	pod.Spec = corev1.PodSpec{NodeName: pod.Spec.NodeName, SchedulingGates: pod.Spec.SchedulingGates}
-	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions}
+	containers := make([]corev1.Container, len(pod.Spec.Containers))
+	for i, c := range pod.Spec.Containers {
+		containers[i] = corev1.Container{Name: c.Name}
+	}
+	statuses := make([]corev1.ContainerStatus, len(pod.Status.ContainerStatuses))
+	for i, cs := range pod.Status.ContainerStatuses {
+		statuses[i] = corev1.ContainerStatus{Name: cs.Name}
+		if t := cs.State.Terminated; t != nil {
+			statuses[i].State.Terminated = &corev1.ContainerStateTerminated{ExitCode: t.ExitCode}
+		}
+	}
+	pod.Spec = corev1.PodSpec{NodeName: pod.Spec.NodeName, SchedulingGates: pod.Spec.SchedulingGates, Containers: containers}
+	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions, ContainerStatuses: statuses}
 	return pod, nil
 }

@@ -20,7 +20,9 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 		ObjectMeta: *meta.DeepCopy(),
 		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Image: "app:1"}},
 			SchedulingGates: []corev1.PodSchedulingGate{{Name: "g"}}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready, PodIP: "10.0.0.1", HostIP: "10.1.0.1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready, PodIP: "10.0.0.1", HostIP: "10.1.0.1",
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "app:1", ContainerID: "c1",
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error", Message: "long"}}}}},
 	}
 	full.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
 
@@ -35,9 +37,14 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 	if pod.Status.Phase != corev1.PodRunning || !apiequality.Semantic.DeepEqual(pod.Status.Conditions, ready) {
 		t.Errorf("status = %+v, want phase Running and the Ready condition", pod.Status)
 	}
-	want := corev1.PodSpec{NodeName: "n1", SchedulingGates: []corev1.PodSchedulingGate{{Name: "g"}}}
+	want := corev1.PodSpec{NodeName: "n1", SchedulingGates: []corev1.PodSchedulingGate{{Name: "g"}},
+		Containers: []corev1.Container{{Name: "app"}}}
 	if !apiequality.Semantic.DeepEqual(pod.Spec, want) || pod.Status.PodIP != "" || pod.Status.HostIP != "" {
-		t.Errorf("spec %+v (but nodeName and schedulingGates) and status %+v should be dropped", pod.Spec, pod.Status)
+		t.Errorf("spec %+v (but nodeName, schedulingGates and container names) and status %+v should be dropped", pod.Spec, pod.Status)
+	}
+	wantStatuses := []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2}}}}
+	if !apiequality.Semantic.DeepEqual(pod.Status.ContainerStatuses, wantStatuses) {
+		t.Errorf("container statuses %+v, want each container's name and whether it terminated", pod.Status.ContainerStatuses)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 var ManagerAnnotations = []string{
 	locksv1alpha1.LockUIDAnnotation, locksv1alpha1.LeaseOriginAnnotation, locksv1alpha1.CandidateGrantAnnotation,
 	locksv1alpha1.RevokedAnnotation, locksv1alpha1.LeaseDurationAnnotation, locksv1alpha1.LapsedAnnotation,
+	locksv1alpha1.AdmittedGrantAnnotation,
 }
 
 // GrantAnnotations describe the Lease's current grant; a new grant or a

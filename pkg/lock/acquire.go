@@ -207,8 +207,10 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 		//    withdrawal failed) is cleared first, then judged afresh;
 		//    another live client under this identity holds or waits: refuse.
 		if lo, ok := c.leftOn(current); ok {
-			if err := c.clearLeftover(ctx, info, lo); err != nil {
+			if err := c.clearLeftover(ctx, info, lo); err != nil && !isRefusal(err) {
 				return nil, hint, fmt.Errorf("%w: %w", errReadFailed, err)
+			} else if err != nil {
+				c.forgetLeftover(lo) // refused: not this client's to clear after all
 			}
 			cand = candidate{}
 			continue

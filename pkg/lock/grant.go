@@ -383,13 +383,7 @@ func (g *Grant) lose(err error) {
 		}
 		hooks := g.onLost
 		g.onLost = nil
-		recorded := g.lease
 		g.mu.Unlock()
-		if reason := lossReason(err); reason == "expired" || reason == "refused" {
-			// The Lease may still record the grant: this client's own,
-			// ended here, so its next attempt releases it.
-			g.client.leaveBehind(leftoverOfGrant(recorded))
-		}
 		g.cancel(err)
 		close(g.lost)
 		g.log.Error(err, "lost the lock")

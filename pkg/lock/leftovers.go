@@ -123,3 +123,8 @@ func (c *Client) clearLeftover(ctx context.Context, info lockInfo, lo leftover) 
 	c.forgetLeftover(lo)
 	return nil
 }
+
+// isRefusal reports whether clearing a leftover failed with the
+// apiserver's answer (a 4xx: RBAC, the policies, a bad request), not for a
+// moment: then the leftover is not this client's to clear, and is dropped.
+func isRefusal(err error) bool { return !mayHaveLanded(err) }

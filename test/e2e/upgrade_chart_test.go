@@ -82,7 +82,7 @@ spec:
 	g.Eventually(func(g Gomega) {
 		l, err := c.lock("across-upgrade")
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(l.Status.FencingToken).To(Equal(held.Token() + 1), "the upgraded manager records the next grant")
+		g.Expect(l.Status.FencingToken).To(Equal(held.Token()+1), "the upgraded manager records the next grant")
 	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
 	g.Expect(next.Release(ctx)).To(Succeed())
 }

@@ -85,6 +85,35 @@ func setPhase(t *testing.T, ns, name string, phase corev1.PodPhase) {
 			return err
 		}
 		fresh.Status.Phase = phase
+		if phase == corev1.PodSucceeded || phase == corev1.PodFailed {
+			stopContainers(fresh)
+		}
+		return k8sClient.Status().Update(context.Background(), fresh)
+	}).Should(Succeed())
+}
+
+// stopContainers reports every container of p terminated, as its kubelet
+// does once they stopped.
+func stopContainers(p *corev1.Pod) {
+	p.Status.ContainerStatuses = nil
+	for _, c := range p.Spec.Containers {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}},
+		})
+	}
+}
+
+// containersStoppedByKubelet writes the pod's status as its kubelet does
+// when its containers stopped during a graceful deletion.
+func containersStoppedByKubelet(t *testing.T, ns, name string) {
+	t.Helper()
+	NewWithT(t).Eventually(func() error {
+		fresh := &corev1.Pod{}
+		if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, fresh); err != nil {
+			return err
+		}
+		stopContainers(fresh)
 		return k8sClient.Status().Update(context.Background(), fresh)
 	}).Should(Succeed())
 }
@@ -280,7 +309,9 @@ func TestAdmittedGrantEndsAtOnceWhenThePodIsProvenFinished(t *testing.T) {
 		g.Expect(k8sClient.Delete(context.Background(), pod, client.GracePeriodSeconds(30))).To(Succeed())
 		g.Consistently(func(g Gomega) { expectGated(g, ns, "next", "billing") }).
 			WithTimeout(2*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(), "admitted while the pod was still terminating")
-		// The kubelet confirms its containers stopped: it deletes the pod.
+		// The kubelet confirms its containers stopped: it reports them
+		// terminated, then deletes the pod.
+		containersStoppedByKubelet(t, ns, "first")
 		g.Expect(k8sClient.Delete(context.Background(), pod, client.GracePeriodSeconds(0),
 			client.Preconditions{UID: ptr.To(pod.UID)})).To(Succeed())
 		expectNextAdmittedAfter(t, ns, token, time.Now(), 0, 10*time.Second)

@@ -345,3 +345,25 @@ func TestParticipantCannotRegisterAPodsPlace(t *testing.T) {
 	g.Expect(r.grant.Token()).To(Equal(ga.Token() + 1))
 	g.Expect(r.grant.Release(ctx)).To(Succeed())
 }
+
+// Promise: the hand-off marks (granted-ticket, handed-off-by) come only with
+// a hand-off. A holder that adds them to its own grant later, in a plain
+// renewal, naming a gated pod's place (pod-<uid>) and holding under that
+// pod's identity, would have the controller take the grant for the pod's
+// and ungate the pod with the holder's token: refused. Its honest renewal
+// beside it lands.
+func TestHolderCannotMarkItsGrantAHandOffLater(t *testing.T) {
+	ns := guardedLock(t, "billing", 3)
+	mallory := newParticipant(t, ns, "mallory", "")
+	g := NewWithT(t)
+	const uid = "0f3c9a6e-5b1d-4c1e-9d55-6f0e2b7a9c11"
+	gm, err := mallory.lockClient(t, ns, "billing", "billing-job_"+uid).TryAcquire(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
+		l.Annotations[lease.TicketAnnotation] = "pod-" + uid
+		l.Annotations[lease.HandedOffByAnnotation] = "someone"
+	})
+	refused(g, err, "come only with a hand-off")
+	stillHolds(g, ns, "billing", gm, time.Now())
+	g.Expect(gm.Release(context.Background())).To(Succeed())
+}
