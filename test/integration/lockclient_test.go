@@ -73,8 +73,12 @@ func TestClientAcquireReleaseAndHeldError(t *testing.T) {
 	gb, err := b.TryAcquire(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(gb.Token()).To(BeEquivalentTo(2))
-	// The old grant's second release must not stomp on b.
-	g.Expect(ga.Release(ctx)).NotTo(Succeed())
+	// The old grant's second release must not stomp on b, and says what
+	// happened: it was released already, not lost.
+	err = ga.Release(ctx)
+	g.Expect(err).To(MatchError(lock.ErrNotHolder))
+	g.Expect(err.Error()).To(ContainSubstring("released already"))
+	g.Expect(err).NotTo(MatchError(lock.ErrLost))
 	g.Expect(ptr.Deref(getLease(g, ns, "billing").Spec.HolderIdentity, "")).To(Equal("b"))
 	g.Expect(gb.Release(ctx)).To(Succeed())
 }
