@@ -17,6 +17,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
@@ -245,7 +246,7 @@ func measureRawCAS(ctx context.Context, cs kubernetes.Interface, name string, n,
 		if l, err = writeQueue(ctx, leases, l, queued); err != nil {
 			return Row{}, err
 		}
-		defer func() { _, _ = writeQueue(context.Background(), leases, l, 0) }()
+		defer clearQueue(leases, name)
 	}
 	if pause > 0 {
 		rowName += fmt.Sprintf(", %s after the one before", pause)
@@ -255,14 +256,47 @@ func measureRawCAS(ctx context.Context, cs kubernetes.Interface, name string, n,
 		time.Sleep(pause)
 		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
 		start := time.Now()
-		if l, err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		updated, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) && queued > 0 {
+			// The controller removed the head of the made-up queue, whose
+			// turn passed on a free lock: put the queue back, and go on
+			// (this write is not a sample).
+			if l, err = refillQueue(ctx, leases, name, queued); err != nil {
+				return Row{}, err
+			}
+			continue
+		}
+		if err != nil {
 			return Row{}, fmt.Errorf("raw CAS update: %w", err)
 		}
+		l = updated
 		if i >= n/10 { // the first tenth warms up connections and caches
 			samples = append(samples, time.Since(start))
 		}
 	}
 	return sorted(Row{Name: rowName, Samples: samples}), nil
+}
+
+// refillQueue reads the Lease name afresh and gives it a queue of n.
+func refillQueue(ctx context.Context, leases coordinationclient.LeaseInterface, name string, n int) (*coordinationv1.Lease, error) {
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading lease %s: %w", name, err)
+	}
+	return writeQueue(ctx, leases, l, n)
+}
+
+// clearQueue removes the made-up queue from the Lease name, reading it
+// afresh after a lost race, so that no made-up waiter is left for the
+// controller to remove later, in the middle of another measurement.
+func clearQueue(leases coordinationclient.LeaseInterface, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 5 {
+		if _, err := refillQueue(ctx, leases, name, 0); !apierrors.IsConflict(err) {
+			return
+		}
+	}
 }
 
 // writeQueue replaces l's queue with n waiters shaped like the library's

@@ -183,6 +183,7 @@ func measureRenewalWrites(ctx context.Context, cs kubernetes.Interface, newClien
 	}
 	defer g.Release(context.Background())
 	time.Sleep(time.Second) // the grant's own writes and status settle before counting
+	waitQuiet(ctx, cs, name)
 	renewals := func() float64 { return counterValue(reg, "frontdesk_client_renewals_total") }
 	before, renewedBefore := takeSnapshot(ctx, cs)
 	r0 := renewals()
@@ -428,4 +429,32 @@ func printWrites(out io.Writer, rows []WritesRow) {
 			r.LeaseWrites, r.LeaseConflicts, r.StatusWrites, r.LeaseReads, r.LockReads, r.LeaseEvents, over)
 	}
 	_ = w.Flush()
+}
+
+// waitQuiet waits (at most 30 s) until no Lease of the bench's namespace
+// but name's has a holder or a queue: a grant or a place left by an
+// earlier measurement would be ended or removed by the controller in the
+// middle of this one, and the apiserver's counters, which count every
+// Lease, would charge it those writes.
+func waitQuiet(ctx context.Context, cs kubernetes.Interface, name string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		list, err := cs.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		quiet := true
+		for i := range list.Items {
+			l := &list.Items[i]
+			if l.Name != name && (lease.Holder(l) != "" || len(lease.Queue(l)) > 0) {
+				quiet = false
+			}
+		}
+		if quiet {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

@@ -100,9 +100,13 @@ func TestLeaderElectionFencesAFrozenControllerRuntimeLeader(t *testing.T) {
 		g.Expect(lk.Status.Holder).To(Equal("op-b"))
 		g.Expect(lk.Status.FencingToken).To(Equal(tokenB))
 		g.Expect(heldReason(lk)).To(Equal(locksv1alpha1.ReasonHeld))
-		// The controller ended the frozen leader's grant, then op-b
-		// acquired the free lock.
-		g.Expect(eventReasons(g, ns, lease)).To(ContainElements(controllers.EventExpired, controllers.EventAcquired))
+		// No lease guard is installed here: either the controller ended
+		// the frozen leader's grant and op-b acquired the free lock, or
+		// op-b, a stock client-go elector, took it over on its own
+		// judgement of expiry first (the guard refuses that: see
+		// TestStockClientGoElectorsOfTwoServiceAccountsTakeTurns).
+		g.Expect(eventReasons(g, ns, lease)).To(Or(ContainElement(controllers.EventTakenOver),
+			ContainElements(controllers.EventExpired, controllers.EventAcquired)))
 	})
 	b.waitFor(t, "write ok token "+strconv.FormatInt(tokenB, 10), 10*time.Second)
 
