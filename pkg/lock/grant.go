@@ -348,9 +348,11 @@ func (g *Grant) releaseLapsed() {
 }
 
 // reread fetches the Lease and returns it if this grant still holds it, or
-// an ErrLost error saying who has it now.
+// an ErrLost error saying who has it now. It reads through the grant
+// path's own client, with no client-side rate limiter: a renewal or a
+// release that lost a race never waits behind this process's other reads.
 func (g *Grant) reread(ctx context.Context) (*coordinationv1.Lease, error) {
-	fresh, err := g.client.leases.Get(ctx, g.info.leaseName, metav1.GetOptions{})
+	fresh, err := g.client.writes.Get(ctx, g.info.leaseName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, lostBecause("lease_deleted", "%w: lease %s/%s was deleted", ErrLost, g.client.cfg.Namespace, g.info.leaseName)
 	}
