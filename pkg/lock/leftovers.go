@@ -10,8 +10,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
@@ -111,12 +109,7 @@ func (c *Client) clearLeftover(ctx context.Context, info lockInfo, lo leftover) 
 		return fmt.Errorf("releasing this client's earlier grant (token %d) on lock %s: %w", lo.token, c.LockName(), err)
 	}
 	if lo.ticket != "" {
-		withdrawal, err := lease.Withdrawal(lo.ticket)
-		if err != nil {
-			return err
-		}
-		_, err = c.writes.Patch(ctx, info.leaseName, types.MergePatchType, withdrawal, metav1.PatchOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
+		if err := c.withdraw(ctx, info, lo.ticket); err != nil {
 			return fmt.Errorf("withdrawing this client's earlier place in the queue of lock %s: %w", c.LockName(), err)
 		}
 	}

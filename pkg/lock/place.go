@@ -193,13 +193,24 @@ func (c *Client) leaveQueue(info lockInfo, p *place) {
 	if lo.ticket == "" {
 		return
 	}
-	withdrawal, err := lease.Withdrawal(lo.ticket)
-	if err == nil {
-		_, err = c.writes.Patch(ctx, info.leaseName, types.MergePatchType, withdrawal, metav1.PatchOptions{})
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err := c.withdraw(ctx, info, lo.ticket); err != nil {
 		c.leaveBehind(leftover{ticket: lo.ticket})
 	}
+}
+
+// withdraw removes the place with ticket from the lock's queue (a merge
+// patch that touches only that ticket's keys); a Lease already gone is no
+// error.
+func (c *Client) withdraw(ctx context.Context, info lockInfo, ticket string) error {
+	withdrawal, err := lease.Withdrawal(ticket)
+	if err != nil {
+		return err
+	}
+	_, err = c.writes.Patch(ctx, info.leaseName, types.MergePatchType, withdrawal, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // refreshHandOffWindow is run by a waiter at the front of the queue. When
