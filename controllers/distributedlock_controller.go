@@ -130,60 +130,20 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 	// the cache): every record observed in this pass existed by now.
 	now := r.Clock.Now()
 
-	key := lockKey.String()
-	var obs lease.Observation
-	var renewIn time.Duration
-	var gatedPods []corev1.Pod
+	var pass grantPass
 	if state.lease != nil {
-		obs = r.observations.Observe(key, lease.RecordOf(state.lease), now)
-		cand, err := r.reconcileCandidates(ctx, lock, state.lease, obs, now)
-		if err != nil {
+		if pass, err = r.syncGrants(ctx, lock, &state, now); err != nil {
 			return ctrl.Result{}, err
 		}
-		if cand.lease != state.lease {
-			// Observed when the write was answered, not at the start of the
-			// pass: a hand-off delay counts from the revocation's write.
-			state.lease = cand.lease
-			obs = r.observations.Observe(key, lease.RecordOf(cand.lease), r.Clock.Now())
-		}
-		leaseEvents, renewIn = append(leaseEvents, cand.events...), cand.renewIn
-		adm, err := r.reconcileAdmissions(ctx, lock, state.lease, obs, now)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if adm.lease != state.lease {
-			state.lease = adm.lease
-			obs = r.observations.Observe(key, lease.RecordOf(adm.lease), r.Clock.Now())
-		}
-		leaseEvents, renewIn = append(leaseEvents, adm.events...), earliest(renewIn, adm.renewIn)
-		gatedPods = adm.gated
-		marked, markIn, err := r.markLapsed(ctx, lock, state.lease, obs, now)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if marked != state.lease {
-			state.lease = marked
-			obs = r.observations.Observe(key, lease.RecordOf(marked), now)
-		}
-		pruneIn, err := r.removePassedPlaces(ctx, lockKey, state.lease, obs, lease.TurnLength(lockDuration(lock)), now)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		renewIn = earliest(renewIn, markIn, pruneIn)
-		if cand.selectorErr != nil && state.ready {
-			state.ready, state.reason = false, locksv1alpha1.ReasonInvalidSelector
-			state.message = fmt.Sprintf("candidates mode grants nothing: %v; fix spec.candidates.podSelector", cand.selectorErr)
-			leaseEvents = append(leaseEvents, lockEvent{corev1.EventTypeWarning, EventSelectorInvalid, state.message})
-		}
+		leaseEvents = append(leaseEvents, pass.events...)
 	}
+	obs := pass.obs
 
 	res := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: now,
 		highWater: r.highWater.get(lockKey)})
-	setGatedPods(&res.status, gatedPods)
+	setGatedPods(&res.status, pass.gatedPods)
 	grantToken := obs.Record.Token
-	controllerGrant := state.lease != nil && obs.Record.Holder != "" &&
-		(state.lease.Annotations[locksv1alpha1.CandidateGrantAnnotation] == obs.Record.Holder ||
-			isAdmittedGrant(state.lease) && lease.Holder(state.lease) == obs.Record.Holder)
+	controllerGrant := isControllerGrant(state.lease, obs.Record.Holder)
 	if res.status.HolderPod, err = r.holderPodName(ctx, lock, &res.status, grantToken, controllerGrant); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -191,7 +151,7 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 		return ctrl.Result{}, err
 	}
 	lapseIn, err := r.releaseTerminatingLease(ctx, lock, state.lease, obs, now)
-	result := ctrl.Result{RequeueAfter: earliest(res.expiresIn, renewIn, state.retryIn, lapseIn)}
+	result := ctrl.Result{RequeueAfter: earliest(res.expiresIn, pass.renewIn, state.retryIn, lapseIn)}
 	if err != nil {
 		return result, err
 	}

@@ -57,7 +57,7 @@ func (c *Client) TryAcquire(ctx context.Context) (g *Grant, err error) {
 	}
 	p := &place{}
 	uid := info.uid
-	a, _, err := c.attempt(ctx, &info, candidate{lease: c.remembered(info.leaseName)}, p)
+	a, _, err := c.attempt(ctx, &info, leaseCopy{lease: c.remembered(info.leaseName)}, p)
 	if info.uid != uid {
 		read = nil // the attempt read the new lock itself before it wrote
 	}
@@ -104,7 +104,7 @@ func (c *Client) Acquire(ctx context.Context) (_ *Grant, err error) {
 	p := &place{ticket: newTicket(), waiting: true}
 	w := &leaseWatch{client: c, name: info.leaseName, ticket: p.ticket}
 	defer w.stop()
-	next := candidate{lease: c.remembered(info.leaseName)}
+	next := leaseCopy{lease: c.remembered(info.leaseName)}
 	// waitedOn is why the caller last waited: what it reports if it gives
 	// up while an attempt is on its way.
 	var waitedOn error
@@ -175,24 +175,24 @@ func gaveUpWaiting(lock string, waitedOn, ctxErr, cut error) error {
 
 // attempt is one try, in the steps of client-go's tryAcquireOrRenew. It
 // returns the grant written or taken up, or what to wait for and why.
-func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate, p *place) (*acquired, waitHint, error) {
+func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, seen leaseCopy, p *place) (*acquired, waitHint, error) {
 	// A grant is written exactly (the whole object, as judged) until a
 	// write of this caller lost a race; then with a patch that tests the
 	// token and holder only (see writeLease).
 	exact := !p.raced
 	for range maxCASAttempts {
-		// 1. A copy of the Lease to judge: the candidate, or a fresh read.
+		// 1. A copy of the Lease to judge: the one passed in, or a fresh read.
 		//    A remembered copy is only a fast path to a free Lease.
 		var err error
-		if cand, err = c.copyToJudge(ctx, *infoRef, cand, p); err != nil {
+		if seen, err = c.copyToJudge(ctx, *infoRef, seen, p); err != nil {
 			return nil, waitHint{deadline: c.cfg.Clock.Now().Add(infoRef.duration)}, err
 		}
-		current := cand.lease
-		hint := waitHint{resourceVersion: current.ResourceVersion, deadline: c.cfg.Clock.Now().Add(infoRef.duration), judged: cand}
+		current := seen.lease
+		hint := waitHint{resourceVersion: current.ResourceVersion, deadline: c.cfg.Clock.Now().Add(infoRef.duration), judged: seen}
 
 		// 2. Only the lock's own Lease, in service and not wound back below
 		//    a token already granted, is granted on.
-		if retry, err := c.checkGrantable(ctx, infoRef, &cand); retry {
+		if retry, err := c.checkGrantable(ctx, infoRef, &seen); retry {
 			continue
 		} else if err != nil {
 			return nil, hint, err
@@ -206,13 +206,10 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 		// 4. A grant or place this client left behind (its release or
 		//    withdrawal failed) is cleared first, then judged afresh;
 		//    another live client under this identity holds or waits: refuse.
-		if lo, ok := c.leftOn(current); ok {
-			if err := c.clearLeftover(ctx, info, lo); err != nil && !isRefusal(err) {
-				return nil, hint, fmt.Errorf("%w: %w", errReadFailed, err)
-			} else if err != nil {
-				c.forgetLeftover(lo) // refused: not this client's to clear after all
-			}
-			cand = candidate{}
+		if cleared, err := c.clearLeftoverOn(ctx, info, current); err != nil {
+			return nil, hint, err
+		} else if cleared {
+			seen = leaseCopy{}
 			continue
 		}
 		if err := c.identityInUse(ctx, current, p); err != nil {
@@ -224,7 +221,7 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 		if handedToMe(current, c.cfg.Identity, p) {
 			a, err := c.claimHandOff(ctx, info, current, p, start)
 			if err != nil && lostRace(err) {
-				cand = candidate{}
+				seen = leaseCopy{}
 				continue
 			}
 			return a, hint, claimError(ctx, err)
@@ -241,24 +238,16 @@ func (c *Client) attempt(ctx context.Context, infoRef *lockInfo, cand candidate,
 
 		// 7. Take it: one patch that tests the token and holder judged.
 		a, late, err := c.take(ctx, info, current, p, start, exact)
-		if lostRace(err) {
-			exact = false
-		}
 		switch {
-		case err == nil:
-			return a, waitHint{}, nil
-		case lostRace(err) && p.waiting && cand.verified:
+		case !lostRace(err):
+			return a, takeHint(hint, late, err), err
+		case p.waiting && seen.verified:
 			// Others are taking the lock at the same moment: a crowd. The
 			// registration that follows is spread out (see register).
 			p.raceLost(c.cfg.Clock.Now(), info.duration)
 			return nil, hint, errContended
-		case lostRace(err):
-			cand = candidate{}
-		case errors.Is(err, ErrAnsweredTooLate):
-			return nil, late, err
-		default:
-			return nil, hint, err
 		}
+		exact, seen = false, leaseCopy{} // lost a race: judge afresh
 	}
 	return nil, waitHint{deadline: c.cfg.Clock.Now().Add(infoRef.duration)},
 		fmt.Errorf("%w: lost %d compare-and-swap races in a row on lease %s/%s", ErrHeld, maxCASAttempts, c.cfg.Namespace, infoRef.leaseName)
@@ -279,15 +268,46 @@ func claimError(ctx context.Context, err error) error {
 	}
 }
 
-// copyToJudge is the copy of the Lease an attempt judges: cand, unless it is
+// takeHint is what an attempt whose take ended with err waits for: nothing
+// after a grant, late after an answer that came too late, else hint.
+func takeHint(hint, late waitHint, err error) waitHint {
+	switch {
+	case err == nil:
+		return waitHint{}
+	case errors.Is(err, ErrAnsweredTooLate):
+		return late
+	default:
+		return hint
+	}
+}
+
+// clearLeftoverOn clears a grant or place this client left behind on
+// current (its release or withdrawal failed); cleared: the Lease changed
+// and is to be judged afresh. A clear that failed for a moment is a read
+// that failed (the caller waits on); one refused was not this client's to
+// clear, and is forgotten.
+func (c *Client) clearLeftoverOn(ctx context.Context, info lockInfo, current *coordinationv1.Lease) (cleared bool, err error) {
+	lo, ok := c.leftOn(current)
+	if !ok {
+		return false, nil
+	}
+	if err := c.clearLeftover(ctx, info, lo); err != nil && !isRefusal(err) {
+		return false, fmt.Errorf("%w: %w", errReadFailed, err)
+	} else if err != nil {
+		c.forgetLeftover(lo)
+	}
+	return true, nil
+}
+
+// copyToJudge is the copy of the Lease an attempt judges: seen, unless it is
 // a remembered copy that shows a holder or a deletion (then, or when there
 // is none, a fresh read).
-func (c *Client) copyToJudge(ctx context.Context, info lockInfo, cand candidate, p *place) (candidate, error) {
-	if cand.lease != nil && !cand.verified && (cand.lease.DeletionTimestamp != nil || lease.Holder(cand.lease) != "") {
-		cand = candidate{}
+func (c *Client) copyToJudge(ctx context.Context, info lockInfo, seen leaseCopy, p *place) (leaseCopy, error) {
+	if seen.lease != nil && !seen.verified && (seen.lease.DeletionTimestamp != nil || lease.Holder(seen.lease) != "") {
+		seen = leaseCopy{}
 	}
-	if cand.lease != nil {
-		return cand, nil
+	if seen.lease != nil {
+		return seen, nil
 	}
 	l, err := c.readLease(ctx, info.leaseName)
 	if err != nil {
@@ -300,24 +320,24 @@ func (c *Client) copyToJudge(ctx context.Context, info lockInfo, cand candidate,
 			c.logger(ctx).Info("reading the lock's Lease failed; waiting on", "lock", c.LockName(), "err", err)
 			err = fmt.Errorf("%w: %w", errReadFailed, err)
 		}
-		return candidate{}, err
+		return leaseCopy{}, err
 	}
-	return candidate{lease: l, verified: true}, nil
+	return leaseCopy{lease: l, verified: true}, nil
 }
 
-// checkGrantable checks the copy in *cand (see grantable). retry: the copy
+// checkGrantable checks the copy in *seen (see grantable). retry: the copy
 // was only remembered, or the lock was deleted and created again (then
 // *infoRef is the new lock's): judge again from a fresh read.
-func (c *Client) checkGrantable(ctx context.Context, infoRef *lockInfo, cand *candidate) (retry bool, err error) {
-	err = c.grantable(cand.lease, *infoRef)
+func (c *Client) checkGrantable(ctx context.Context, infoRef *lockInfo, seen *leaseCopy) (retry bool, err error) {
+	err = c.grantable(seen.lease, *infoRef)
 	switch {
 	case err == nil:
 		return false, nil
-	case !cand.verified:
-		*cand = candidate{} // a remembered copy may be stale: read afresh
+	case !seen.verified:
+		*seen = leaseCopy{} // a remembered copy may be stale: read afresh
 		return true, nil
 	}
-	if fresh, recreated := c.lockRecreated(ctx, cand.lease, *infoRef); recreated {
+	if fresh, recreated := c.lockRecreated(ctx, seen.lease, *infoRef); recreated {
 		*infoRef = fresh
 		return true, nil
 	}

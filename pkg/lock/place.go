@@ -91,7 +91,7 @@ func (c *Client) waitTurn(ctx context.Context, info lockInfo, current *coordinat
 			c.logger(ctx).Info("waiting without a place in the lock's queue", "lock", c.LockName(), "err", err)
 			return hint
 		}
-		hint.resourceVersion, hint.judged = registered.ResourceVersion, candidate{lease: registered, verified: true}
+		hint.resourceVersion, hint.judged = registered.ResourceVersion, leaseCopy{lease: registered, verified: true}
 		position = at
 	}
 	if position < lease.FrontLength {

@@ -7,8 +7,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
-// candidate is a copy of the Lease to judge, and where it came from.
-type candidate struct {
+// leaseCopy is a copy of the Lease to judge, and where it came from.
+type leaseCopy struct {
 	lease *coordinationv1.Lease
 	// fromWatch: the copy arrived in an event of a watch of every change.
 	fromWatch bool
@@ -24,7 +24,7 @@ type waitHint struct {
 	deadline        time.Time
 	// judged is the copy the attempt decided on, to judge again when the
 	// deadline passes with no change.
-	judged candidate
+	judged leaseCopy
 	// behindFront: the caller waits in the queue behind its first
 	// lease.FrontLength waiters, so it needs to hear of the Lease only when
 	// it moves up to the front (see leaseWatch), and reads it afresh at the

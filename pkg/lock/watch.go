@@ -48,11 +48,11 @@ type leaseWatch struct {
 }
 
 // next waits for the Lease's next change, the hint's deadline, or the end of
-// ctx, and returns the copy of the Lease to judge next (an empty candidate
+// ctx, and returns the copy of the Lease to judge next (an empty leaseCopy
 // means: read it afresh).
-func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error) {
+func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (leaseCopy, error) {
 	if hint.unwatched {
-		return candidate{}, lw.sleep(ctx, hint.deadline)
+		return leaseCopy{}, lw.sleep(ctx, hint.deadline)
 	}
 	clk := lw.client.cfg.Clock
 	timer := clk.NewTimer(max(hint.deadline.Sub(clk.Now()), time.Millisecond))
@@ -76,21 +76,21 @@ func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error
 			defer backoff.Stop()
 			select {
 			case <-ctx.Done():
-				return candidate{}, ctx.Err()
+				return leaseCopy{}, ctx.Err()
 			case <-timer.C():
 			case <-backoff.C():
 			}
-			return candidate{}, nil
+			return leaseCopy{}, nil
 		}
 		lw.w, lw.scoped, lw.failures = w, scoped, 0
 	}
 	select {
 	case <-ctx.Done():
-		return candidate{}, ctx.Err()
+		return leaseCopy{}, ctx.Err()
 	case <-timer.C():
 		if lw.scoped {
 			// A scoped watch hears of no renewal: read afresh.
-			return candidate{}, nil
+			return leaseCopy{}, nil
 		}
 		// Nothing changed until the deadline: judge the same copy again,
 		// now past its observed expiry.
@@ -100,7 +100,7 @@ func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error
 			lw.client.remember(l)
 			// A scoped watch brings the Lease when the caller reaches the
 			// front, whenever its record last changed.
-			return candidate{lease: l, fromWatch: !lw.scoped, verified: true}, nil
+			return leaseCopy{lease: l, fromWatch: !lw.scoped, verified: true}, nil
 		}
 		// Anything else is read afresh. Never judge a DELETED event's
 		// object: when the Lease stops matching a scoped watch's selector,
@@ -111,7 +111,7 @@ func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (candidate, error
 			lw.stop()
 		}
 		lw.client.remember(nil)
-		return candidate{}, nil
+		return leaseCopy{}, nil
 	}
 }
 

@@ -67,7 +67,7 @@ func leaseNamed(rv string) *coordinationv1.Lease {
 // change of place reopens the watch with the other one.
 func TestLeaseWatchScopesToTheFrontWhileBehindIt(t *testing.T) {
 	h := newWatchHarness(t)
-	judged := candidate{lease: leaseNamed("5"), verified: true}
+	judged := leaseCopy{lease: leaseNamed("5"), verified: true}
 	steps := []struct {
 		behindFront  bool
 		wantWatches  int
@@ -80,26 +80,26 @@ func TestLeaseWatchScopesToTheFrontWhileBehindIt(t *testing.T) {
 	}
 	for i, step := range steps {
 		hint := waitHint{resourceVersion: "5", deadline: h.clock.Now().Add(time.Second), judged: judged, behindFront: step.behindFront}
-		done := make(chan candidate, 1)
+		done := make(chan leaseCopy, 1)
 		go func() {
-			cand, _ := h.lw.next(context.Background(), hint)
-			done <- cand
+			seen, _ := h.lw.next(context.Background(), hint)
+			done <- seen
 		}()
 		for !h.clock.HasWaiters() {
 			time.Sleep(time.Millisecond)
 		}
 		h.clock.Step(2 * time.Second)
-		cand := <-done
+		seen := <-done
 		if selectors, _ := h.opened(); len(selectors) != step.wantWatches || selectors[len(selectors)-1] != step.wantSelector {
 			t.Fatalf("step %d: watches opened with selectors %q, want %d, the last %q", i, selectors, step.wantWatches, step.wantSelector)
 		}
 		// At the deadline an unscoped watch's silence means no change;
 		// a scoped watch's means nothing, so the Lease is read afresh.
-		if step.behindFront && cand.lease != nil {
+		if step.behindFront && seen.lease != nil {
 			t.Errorf("step %d: behind the front, the deadline re-judged the old copy instead of reading afresh", i)
 		}
-		if !step.behindFront && cand.lease != judged.lease {
-			t.Errorf("step %d: at the front, the deadline did not re-judge the copy: %+v", i, cand)
+		if !step.behindFront && seen.lease != judged.lease {
+			t.Errorf("step %d: at the front, the deadline did not re-judge the copy: %+v", i, seen)
 		}
 	}
 	_, watchers := h.opened()
@@ -131,10 +131,10 @@ func TestLeaseWatchEvents(t *testing.T) {
 			h := newWatchHarness(t)
 			h.lw.client.remember(leaseNamed("4"))
 			hint := waitHint{resourceVersion: "5", deadline: h.clock.Now().Add(time.Hour), behindFront: tc.behindFront}
-			done := make(chan candidate, 1)
+			done := make(chan leaseCopy, 1)
 			go func() {
-				cand, _ := h.lw.next(context.Background(), hint)
-				done <- cand
+				seen, _ := h.lw.next(context.Background(), hint)
+				done <- seen
 			}()
 			var watchers []*watch.FakeWatcher
 			for len(watchers) == 0 || !h.clock.HasWaiters() {
@@ -142,9 +142,9 @@ func TestLeaseWatchEvents(t *testing.T) {
 				_, watchers = h.opened()
 			}
 			watchers[0].Action(tc.event, leaseNamed("9"))
-			cand := <-done
-			if (cand.lease != nil) != tc.wantLease || cand.fromWatch != tc.wantFromWatch {
-				t.Errorf("candidate %+v, want a lease %v, fromWatch %v", cand, tc.wantLease, tc.wantFromWatch)
+			seen := <-done
+			if (seen.lease != nil) != tc.wantLease || seen.fromWatch != tc.wantFromWatch {
+				t.Errorf("leaseCopy %+v, want a lease %v, fromWatch %v", seen, tc.wantLease, tc.wantFromWatch)
 			}
 			if remembered := h.lw.client.remembered("billing"); (remembered != nil) != tc.wantLease {
 				t.Errorf("remembered %v after a %s event", remembered, tc.event)
