@@ -150,7 +150,7 @@ func (r *DistributedLockReconciler) takeGrantForPod(ctx context.Context, lock *l
 		return false, nil
 	}
 	if holder != "" {
-		ticket := current.Annotations[lease.TicketAnnotation]
+		ticket := current.Annotations[locksv1alpha1.TicketAnnotation]
 		if !strings.HasPrefix(ticket, podTicketPrefix) || locksv1alpha1.PodUIDOf(holder) != strings.TrimPrefix(ticket, podTicketPrefix) {
 			return false, nil // a holder of the library or kubectl dlock
 		}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
@@ -85,7 +86,7 @@ func (p *passedPlaces) forget(key types.NamespacedName) {
 // places ahead of it (half a turn of slack: the controller sees the lock
 // fall free a moment after the waiters do).
 func passedOver(old, cur *coordinationv1.Lease, freeFor, turn time.Duration) []string {
-	if lease.Token(cur) != lease.Token(old)+1 || lease.Holder(cur) == "" || cur.Annotations[lease.TicketAnnotation] != "" {
+	if lease.Token(cur) != lease.Token(old)+1 || lease.Holder(cur) == "" || cur.Annotations[locksv1alpha1.TicketAnnotation] != "" {
 		return nil
 	}
 	q := lease.Queue(old)

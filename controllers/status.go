@@ -210,7 +210,7 @@ func transitionEvents(old, cur locksv1alpha1.DistributedLockStatus, rec lease.Re
 		}
 		return []lockEvent{{corev1.EventTypeWarning, EventInvalidGrant, newHeld.Message}}
 	case rec.Holder != "" && rec.Token > old.FencingToken:
-		if by := current.Annotations[lease.HandedOffByAnnotation]; by != "" && by == old.Holder {
+		if by := current.Annotations[locksv1alpha1.HandedOffByAnnotation]; by != "" && by == old.Holder {
 			return []lockEvent{{corev1.EventTypeNormal, EventHandedOff,
 				fmt.Sprintf("%s released the lock and handed it to %s, the first in its queue, with fencing token %d", by, rec.Holder, rec.Token)}}
 		}
@@ -282,5 +282,5 @@ func boolStatus(b bool) metav1.ConditionStatus {
 // brokenAt reports whether a break raised l's token to token (its mark,
 // locks.frontdesk.dev/broken-at, names it).
 func brokenAt(l *coordinationv1.Lease, token int64) bool {
-	return l.Annotations[lease.BrokenAtAnnotation] == strconv.FormatInt(token, 10)
+	return l.Annotations[locksv1alpha1.BrokenAtAnnotation] == strconv.FormatInt(token, 10)
 }

@@ -39,7 +39,7 @@ func makeLease(holder string, transitions, duration int32, acquire, renew time.T
 
 // brokenLease is l as a break left it: marked with the token it raised.
 func brokenLease(l *coordinationv1.Lease) *coordinationv1.Lease {
-	l.Annotations = map[string]string{lease.BrokenAtAnnotation: strconv.FormatInt(lease.Token(l), 10)}
+	l.Annotations = map[string]string{locksv1alpha1.BrokenAtAnnotation: strconv.FormatInt(lease.Token(l), 10)}
 	return l
 }
 

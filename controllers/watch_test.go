@@ -99,7 +99,7 @@ func TestPassedPlaces(t *testing.T) {
 		t.Errorf("a caller outside the queue after every turn: passed %v", got)
 	}
 	handed, _ := lease.Grant(old, "a", 10*time.Second, t0)
-	handed.Annotations[lease.TicketAnnotation] = "ta"
+	handed.Annotations[locksv1alpha1.TicketAnnotation] = "ta"
 	if got := passedOver(old, handed, 9*turn, turn); got != nil {
 		t.Errorf("a hand-off passes nobody over: %v", got)
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 )
@@ -379,7 +380,7 @@ func (a *arrivalOrder) follow(events <-chan watch.Event) {
 			}
 		}
 		a.current = len(q)
-		if t := l.Annotations[lease.TicketAnnotation]; t != "" && l.ResourceVersion != a.lastRV &&
+		if t := l.Annotations[locksv1alpha1.TicketAnnotation]; t != "" && l.ResourceVersion != a.lastRV &&
 			(len(a.granted) == 0 || a.granted[len(a.granted)-1] != t) {
 			a.granted = append(a.granted, t)
 		}

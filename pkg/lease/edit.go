@@ -122,7 +122,7 @@ func Break(current *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
-	l.Annotations[BrokenAtAnnotation] = strconv.FormatInt(Token(l), 10)
+	l.Annotations[locksv1alpha1.BrokenAtAnnotation] = strconv.FormatInt(Token(l), 10)
 	return l, nil
 }
 
@@ -150,9 +150,9 @@ func NewEpoch(current *coordinationv1.Lease) *coordinationv1.Lease {
 	return l
 }
 
-// forgetHandOff drops the marks of the grant being replaced (grantMarks).
+// forgetHandOff drops the marks of the grant being replaced (GrantAnnotations).
 func forgetHandOff(l *coordinationv1.Lease) {
-	for _, key := range grantMarks {
+	for _, key := range locksv1alpha1.GrantAnnotations {
 		delete(l.Annotations, key)
 	}
 }

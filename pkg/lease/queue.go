@@ -12,6 +12,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
 // The waiters of a lock queue up on its Lease, one pair of annotations per
@@ -23,41 +25,11 @@ import (
 // ends the holder's grant, and when the lock falls free otherwise (the
 // holder lapsed, or was broken) the head is the only waiter that tries at
 // once; the others follow one turn after another (see Turn), so a waiter
-// that died does not block the rest.
+// that died does not block the rest. The keys (QueueEntryPrefix,
+// QueuedByPrefix, the grant marks) are defined with the other protocol keys
+// in api/v1alpha1.
 
 const (
-	// QueueEntryPrefix starts the key of a place in the queue: the prefix
-	// and the ticket. Its value is "<priority>,<seq>,<identity>" (see
-	// Waiter).
-	QueueEntryPrefix = "queue.locks.frontdesk.dev/"
-	// QueuedByPrefix starts the key of the annotation naming who took a
-	// place in the queue: the prefix and the ticket. Its value is the
-	// principal of the request that registered (see Principal), written by
-	// the apiserver's admission policy, never by a client, so that nobody
-	// but that principal removes the place (the lease-guard policy).
-	QueuedByPrefix = "queued-by.locks.frontdesk.dev/"
-	// TicketAnnotation names the ticket of the waiter a release handed the
-	// lock to. Only the waiter holding that ticket may take the grant up,
-	// so two processes sharing an identity cannot both believe they hold it.
-	TicketAnnotation = "locks.frontdesk.dev/granted-ticket"
-	// HandedOffByAnnotation names the holder whose release handed the lock
-	// to the current one (so status can say HandedOff, not TakenOver).
-	HandedOffByAnnotation = "locks.frontdesk.dev/handed-off-by"
-	// GrantNonceAnnotation names the attempt that wrote a client's own
-	// grant (a random value per write). A client whose grant's answer never
-	// came releases the grant only if it carries its nonce: holder and
-	// token alone do not tell its grant from one that another process
-	// sharing its identity wrote with the same next token.
-	GrantNonceAnnotation = "locks.frontdesk.dev/grant-nonce"
-	// FrontLabelPrefix starts the key of a label that the holder's writes
-	// set for each of the queue's first FrontLength waiters: the prefix and
-	// the waiter's ticket. A waiter further back watches the Lease with a
-	// selector on its own key (FrontSelector) and hears of nothing until it
-	// moves up to the front, instead of decoding every renewal and
-	// registration. The labels only wake waiters: nobody judges a grant by
-	// them, and a label left on a waiter pushed back (a higher priority
-	// registered ahead of it) only makes it hear more.
-	FrontLabelPrefix = "front.locks.frontdesk.dev/"
 	// FrontLength is how many waiters at the front of the queue watch every
 	// change of the Lease: the head, which takes the lock up, and the one
 	// behind it, whose turn comes next if the head is dead.
@@ -89,10 +61,10 @@ type Waiter struct {
 }
 
 // EntryKey is the annotation key of the place with ticket.
-func EntryKey(ticket string) string { return QueueEntryPrefix + ticket }
+func EntryKey(ticket string) string { return locksv1alpha1.QueueEntryPrefix + ticket }
 
 // QueuedByKey is the annotation key naming who registered ticket.
-func QueuedByKey(ticket string) string { return QueuedByPrefix + ticket }
+func QueuedByKey(ticket string) string { return locksv1alpha1.QueuedByPrefix + ticket }
 
 // entryValue is the annotation value of w's place.
 func entryValue(w Waiter) string {
@@ -120,7 +92,7 @@ func parseEntry(ticket, value string) (Waiter, bool) {
 func Queue(l *coordinationv1.Lease) []Waiter {
 	var q []Waiter
 	for key, value := range l.Annotations {
-		ticket, ok := strings.CutPrefix(key, QueueEntryPrefix)
+		ticket, ok := strings.CutPrefix(key, locksv1alpha1.QueueEntryPrefix)
 		if !ok {
 			continue
 		}
@@ -162,7 +134,7 @@ func Registration(current *coordinationv1.Lease, w Waiter) ([]byte, Waiter, erro
 	}
 	labels := map[string]any{}
 	if front {
-		labels[FrontLabelPrefix+w.Ticket] = "true"
+		labels[locksv1alpha1.FrontLabelPrefix+w.Ticket] = "true"
 	}
 	patch, err := mergePatch(map[string]any{EntryKey(w.Ticket): entryValue(w)}, labels)
 	return patch, w, err
@@ -184,7 +156,7 @@ func ExactRegistration(current *coordinationv1.Lease, w Waiter) (*Patch, Waiter,
 	}
 	p.Set(AnnotationPath(EntryKey(w.Ticket)), entryValue(w))
 	if front && current.Labels != nil {
-		p.Set(LabelPath(FrontLabelPrefix+w.Ticket), "true")
+		p.Set(LabelPath(locksv1alpha1.FrontLabelPrefix+w.Ticket), "true")
 	}
 	return p, w, nil
 }
@@ -192,7 +164,7 @@ func ExactRegistration(current *coordinationv1.Lease, w Waiter) (*Patch, Waiter,
 // placeIn is w as it registers in current's queue (its Seq), and whether it
 // lands among the first FrontLength.
 func placeIn(current *coordinationv1.Lease, w Waiter) (Waiter, bool, error) {
-	if errs := validation.IsQualifiedName(FrontLabelPrefix + w.Ticket); len(errs) > 0 {
+	if errs := validation.IsQualifiedName(locksv1alpha1.FrontLabelPrefix + w.Ticket); len(errs) > 0 {
 		return w, false, fmt.Errorf("ticket %q: %s", w.Ticket, strings.Join(errs, "; "))
 	}
 	q := Queue(current)
@@ -215,7 +187,7 @@ func placeIn(current *coordinationv1.Lease, w Waiter) (Waiter, bool, error) {
 // is already gone changes nothing.
 func Withdrawal(ticket string) ([]byte, error) {
 	return mergePatch(map[string]any{EntryKey(ticket): nil, QueuedByKey(ticket): nil},
-		map[string]any{FrontLabelPrefix + ticket: nil})
+		map[string]any{locksv1alpha1.FrontLabelPrefix + ticket: nil})
 }
 
 // mergePatch is a JSON merge patch of the Lease's annotations and labels
@@ -250,19 +222,19 @@ func TurnLength(leaseDuration time.Duration) time.Duration {
 // FrontSelector is the label selector that matches the Lease while the
 // waiter with ticket is among the first FrontLength of its queue.
 func FrontSelector(ticket string) string {
-	return FrontLabelPrefix + ticket
+	return locksv1alpha1.FrontLabelPrefix + ticket
 }
 
 // IsFrontLabel reports whether a label key is one of the queue's front
 // labels.
 func IsFrontLabel(key string) bool {
-	return strings.HasPrefix(key, FrontLabelPrefix)
+	return strings.HasPrefix(key, locksv1alpha1.FrontLabelPrefix)
 }
 
 // IsQueueKey reports whether an annotation key belongs to the queue (a
 // place or who registered it).
 func IsQueueKey(key string) bool {
-	return strings.HasPrefix(key, QueueEntryPrefix) || strings.HasPrefix(key, QueuedByPrefix)
+	return strings.HasPrefix(key, locksv1alpha1.QueueEntryPrefix) || strings.HasPrefix(key, locksv1alpha1.QueuedByPrefix)
 }
 
 // DropFrontLabels removes the queue's front labels from l (and leaves l
@@ -283,7 +255,7 @@ func DropFrontLabels(l *coordinationv1.Lease) {
 func frontTickets(q []Waiter) []string {
 	var out []string
 	for _, w := range q[:min(len(q), FrontLength)] {
-		if len(validation.IsQualifiedName(FrontLabelPrefix+w.Ticket)) == 0 {
+		if len(validation.IsQualifiedName(locksv1alpha1.FrontLabelPrefix+w.Ticket)) == 0 {
 			out = append(out, w.Ticket)
 		}
 	}
@@ -297,7 +269,7 @@ func relabelFront(l *coordinationv1.Lease) *coordinationv1.Lease {
 		if l.Labels == nil {
 			l.Labels = map[string]string{}
 		}
-		l.Labels[FrontLabelPrefix+t] = "true"
+		l.Labels[locksv1alpha1.FrontLabelPrefix+t] = "true"
 	}
 	return l
 }

@@ -11,6 +11,8 @@ import (
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	coordinationv1 "k8s.io/api/coordination/v1"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
 func tickets(l *coordinationv1.Lease) []string {
@@ -140,7 +142,7 @@ func front(l *coordinationv1.Lease) []string {
 	var out []string
 	for key := range l.Labels {
 		if IsFrontLabel(key) {
-			out = append(out, strings.TrimPrefix(key, FrontLabelPrefix))
+			out = append(out, strings.TrimPrefix(key, locksv1alpha1.FrontLabelPrefix))
 		}
 	}
 	slices.Sort(out)
@@ -163,7 +165,7 @@ func TestRegistrationLabelsTheFront(t *testing.T) {
 	if got := front(merge(t, l, mustWithdrawal(t, "tb"))); !slices.Equal(got, []string{"tc"}) {
 		t.Errorf("front %v: the waiter leaving takes its label along", got)
 	}
-	if sel := FrontSelector("tb"); sel != FrontLabelPrefix+"tb" {
+	if sel := FrontSelector("tb"); sel != locksv1alpha1.FrontLabelPrefix+"tb" {
 		t.Errorf("FrontSelector: %q", sel)
 	}
 }
@@ -186,7 +188,7 @@ func TestRegisteredKeepsOrderBehindExistingPlaces(t *testing.T) {
 	if len(Queue(l)) != 1 {
 		t.Fatal("Registered modified its input")
 	}
-	if out.Labels[FrontLabelPrefix+"pod-1"] != "true" || out.Labels[FrontLabelPrefix+"pod-2"] != "" {
+	if out.Labels[locksv1alpha1.FrontLabelPrefix+"pod-1"] != "true" || out.Labels[locksv1alpha1.FrontLabelPrefix+"pod-2"] != "" {
 		t.Fatalf("front labels %v", out.Labels)
 	}
 }

@@ -31,15 +31,6 @@ var (
 	pathDeletion    = "/metadata/deletionTimestamp"
 )
 
-// BrokenAtAnnotation names the token a break raised the Lease to, so that
-// status can tell a break from holders that came and went unseen; the
-// next grant drops it.
-const BrokenAtAnnotation = "locks.frontdesk.dev/broken-at"
-
-// grantMarks are the annotations that describe the current grant; a new
-// grant or a release drops the previous grant's.
-var grantMarks = []string{TicketAnnotation, HandedOffByAnnotation, GrantNonceAnnotation, locksv1alpha1.HolderPrincipalAnnotation, BrokenAtAnnotation}
-
 // GrantDuration is the lease duration a grant on l must carry: the
 // manager's LeaseDurationAnnotation, else the Lease's own
 // leaseDurationSeconds, else fallback.
@@ -81,7 +72,7 @@ func setGrant(p *Patch, current *coordinationv1.Lease, identity string, duration
 	p.Set(pathDuration, durationSeconds(GrantDuration(current, duration)))
 	p.Set(pathAcquire, t)
 	p.Set(pathRenew, t)
-	for _, key := range grantMarks {
+	for _, key := range locksv1alpha1.GrantAnnotations {
 		p.RemoveAnnotationIf(current.Annotations, key)
 	}
 	return nil
@@ -106,7 +97,7 @@ func GrantPatch(current *coordinationv1.Lease, identity, ticket, nonce string, d
 	if err := setGrant(p, current, identity, duration, now); err != nil {
 		return nil, err
 	}
-	p.Set(AnnotationPath(GrantNonceAnnotation), nonce)
+	p.Set(AnnotationPath(locksv1alpha1.GrantNonceAnnotation), nonce)
 	if ticket != "" {
 		removePlace(p, current, ticket)
 	}
@@ -144,7 +135,7 @@ func clearGrant(p *Patch, current *coordinationv1.Lease) {
 	if current.Spec.RenewTime != nil {
 		p.Remove(pathRenew)
 	}
-	for _, key := range grantMarks {
+	for _, key := range locksv1alpha1.GrantAnnotations {
 		p.RemoveAnnotationIf(current.Annotations, key)
 	}
 }
@@ -168,8 +159,8 @@ func HandOffPatch(current *coordinationv1.Lease, releaser string, duration time.
 	if err := setGrant(p, current, head.Identity, duration, now); err != nil {
 		return nil, Waiter{}, false, err
 	}
-	p.Set(AnnotationPath(TicketAnnotation), head.Ticket)
-	p.Set(AnnotationPath(HandedOffByAnnotation), releaser)
+	p.Set(AnnotationPath(locksv1alpha1.TicketAnnotation), head.Ticket)
+	p.Set(AnnotationPath(locksv1alpha1.HandedOffByAnnotation), releaser)
 	removePlace(p, current, head.Ticket)
 	labelFront(p, current, head.Ticket)
 	return p, head, true, nil
@@ -188,7 +179,7 @@ func BreakPatch(current *coordinationv1.Lease) (*Patch, error) {
 	clearGrant(p, current)
 	p.Set(pathTransitions, next)
 	if current.Annotations != nil {
-		p.Set(AnnotationPath(BrokenAtAnnotation), strconv.FormatInt(Token(current)+1, 10))
+		p.Set(AnnotationPath(locksv1alpha1.BrokenAtAnnotation), strconv.FormatInt(Token(current)+1, 10))
 	}
 	return p, nil
 }
@@ -229,8 +220,8 @@ func RemovePlacesPatch(current *coordinationv1.Lease, tickets []string) *Patch {
 	rest := slices.DeleteFunc(Queue(current), func(w Waiter) bool { return slices.Contains(removed, w.Ticket) })
 	if current.Labels != nil {
 		for _, t := range frontTickets(rest) {
-			if _, ok := current.Labels[FrontLabelPrefix+t]; !ok {
-				p.Set(LabelPath(FrontLabelPrefix+t), "true")
+			if _, ok := current.Labels[locksv1alpha1.FrontLabelPrefix+t]; !ok {
+				p.Set(LabelPath(locksv1alpha1.FrontLabelPrefix+t), "true")
 			}
 		}
 	}
@@ -241,8 +232,8 @@ func RemovePlacesPatch(current *coordinationv1.Lease, tickets []string) *Patch {
 func removePlace(p *Patch, current *coordinationv1.Lease, ticket string) {
 	p.RemoveAnnotationIf(current.Annotations, EntryKey(ticket))
 	p.RemoveAnnotationIf(current.Annotations, QueuedByKey(ticket))
-	if _, ok := current.Labels[FrontLabelPrefix+ticket]; ok {
-		p.Remove(LabelPath(FrontLabelPrefix + ticket))
+	if _, ok := current.Labels[locksv1alpha1.FrontLabelPrefix+ticket]; ok {
+		p.Remove(LabelPath(locksv1alpha1.FrontLabelPrefix + ticket))
 	}
 }
 
@@ -256,8 +247,8 @@ func labelFront(p *Patch, current *coordinationv1.Lease, leaving string) {
 	}
 	q := slices.DeleteFunc(Queue(current), func(w Waiter) bool { return w.Ticket == leaving })
 	for _, t := range frontTickets(q) {
-		if _, ok := current.Labels[FrontLabelPrefix+t]; !ok {
-			p.Set(LabelPath(FrontLabelPrefix+t), "true")
+		if _, ok := current.Labels[locksv1alpha1.FrontLabelPrefix+t]; !ok {
+			p.Set(LabelPath(locksv1alpha1.FrontLabelPrefix+t), "true")
 		}
 	}
 }

@@ -72,7 +72,7 @@ func TestGrantIsACompareAndSwapOnTheToken(t *testing.T) {
 		return p
 	}
 	won := mustApply(t, free, grant("b"))
-	if Holder(won) != "b" || Token(won) != 5 || won.Annotations[GrantNonceAnnotation] != "n-b" {
+	if Holder(won) != "b" || Token(won) != 5 || won.Annotations[locksv1alpha1.GrantNonceAnnotation] != "n-b" {
 		t.Fatalf("grant: holder %q token %d", Holder(won), Token(won))
 	}
 	if d := *won.Spec.LeaseDurationSeconds; d != 10 {
@@ -102,9 +102,9 @@ func TestNobodyGrantsOnAHeldLease(t *testing.T) {
 	// The controller ends a lapsed grant: the Lease is free, the token
 	// kept, the mark naming it.
 	held := lockLease("a", 4)
-	held.Annotations[GrantNonceAnnotation] = "n-a"
+	held.Annotations[locksv1alpha1.GrantNonceAnnotation] = "n-a"
 	lapsed := mustApply(t, held, LapsePatch(held))
-	if Holder(lapsed) != "" || Token(lapsed) != 4 || !Lapsed(lapsed) || lapsed.Annotations[GrantNonceAnnotation] != "" {
+	if Holder(lapsed) != "" || Token(lapsed) != 4 || !Lapsed(lapsed) || lapsed.Annotations[locksv1alpha1.GrantNonceAnnotation] != "" {
 		t.Fatalf("lapsed: holder %q token %d lapsed %v marks %v", Holder(lapsed), Token(lapsed), Lapsed(lapsed), lapsed.Annotations)
 	}
 	p, err := GrantPatch(lapsed, "b", "", "n", time.Second, now)
@@ -135,9 +135,9 @@ func TestRenewLandsWhateverTheQueueDid(t *testing.T) {
 
 func TestReleaseAndHandOff(t *testing.T) {
 	held := lockLease("a", 4)
-	held.Annotations[GrantNonceAnnotation] = "n"
+	held.Annotations[locksv1alpha1.GrantNonceAnnotation] = "n"
 	released := mustApply(t, held, ReleasePatch(held))
-	if Holder(released) != "" || Token(released) != 4 || released.Spec.RenewTime != nil || released.Annotations[GrantNonceAnnotation] != "" {
+	if Holder(released) != "" || Token(released) != 4 || released.Spec.RenewTime != nil || released.Annotations[locksv1alpha1.GrantNonceAnnotation] != "" {
 		t.Errorf("release: %v %v", released.Spec, released.Annotations)
 	}
 	queued := register(t, held, Waiter{Identity: "b", Ticket: "tb"}, Waiter{Identity: "c", Ticket: "tc"}, Waiter{Identity: "d", Ticket: "td"})
@@ -146,7 +146,7 @@ func TestReleaseAndHandOff(t *testing.T) {
 		t.Fatalf("hand-off: %v %v %+v", ok, err, head)
 	}
 	out := mustApply(t, queued, p)
-	if Holder(out) != "b" || Token(out) != 5 || out.Annotations[TicketAnnotation] != "tb" || out.Annotations[HandedOffByAnnotation] != "a" {
+	if Holder(out) != "b" || Token(out) != 5 || out.Annotations[locksv1alpha1.TicketAnnotation] != "tb" || out.Annotations[locksv1alpha1.HandedOffByAnnotation] != "a" {
 		t.Errorf("hand-off wrote holder %q token %d marks %v", Holder(out), Token(out), out.Annotations)
 	}
 	if !slices.Equal(tickets(out), []string{"tc", "td"}) || !slices.Equal(front(out), []string{"tc", "td"}) {
@@ -165,7 +165,7 @@ func TestReleaseAndHandOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after := mustApply(t, mustApply(t, out, ReleasePatch(out)), g); after.Annotations[TicketAnnotation] != "" {
+	if after := mustApply(t, mustApply(t, out, ReleasePatch(out)), g); after.Annotations[locksv1alpha1.TicketAnnotation] != "" {
 		t.Errorf("a grant kept the ticket of the hand-off before it")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
@@ -74,7 +75,7 @@ func (c *Client) confirm(ctx context.Context, a *acquired, read *lockRead, p *pl
 // remembers it as its own grant not taken (p.uncertain), so that a copy of
 // the Lease still showing it is not taken for another client's.
 func (c *Client) withhold(a *acquired, p *place) {
-	p.uncertain, p.uncertainNonce = lease.Token(a.lease), a.lease.Annotations[lease.GrantNonceAnnotation]
+	p.uncertain, p.uncertainNonce = lease.Token(a.lease), a.lease.Annotations[locksv1alpha1.GrantNonceAnnotation]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if _, err := c.writeLease(ctx, a.lease, lease.ReleasePatch(a.lease), false); err != nil {

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
-	"github.com/frontdesk-dev/frontdesk/pkg/lease"
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
 func leaseAt(version string) *coordinationv1.Lease {
@@ -42,7 +42,7 @@ func TestNewerVersion(t *testing.T) {
 func TestLandedUncertainNeedsTheAttemptsNonce(t *testing.T) {
 	granted := func(holder string, token int32, nonce string) *coordinationv1.Lease {
 		l := &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{lease.GrantNonceAnnotation: nonce}},
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{locksv1alpha1.GrantNonceAnnotation: nonce}},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseTransitions: ptr.To(token)},
 		}
 		return l

@@ -72,11 +72,11 @@ func (lo leftover) grantOn(current *coordinationv1.Lease, identity string) bool 
 	if lease.Holder(current) != identity {
 		return false
 	}
-	if lo.ticket != "" && current.Annotations[lease.TicketAnnotation] == lo.ticket {
+	if lo.ticket != "" && current.Annotations[locksv1alpha1.TicketAnnotation] == lo.ticket {
 		return true
 	}
 	return lo.token != 0 && lo.nonce != "" && lease.Token(current) == lo.token &&
-		current.Annotations[lease.GrantNonceAnnotation] == lo.nonce
+		current.Annotations[locksv1alpha1.GrantNonceAnnotation] == lo.nonce
 }
 
 // placeOn reports whether current's queue still holds lo's place.
@@ -87,7 +87,7 @@ func (lo leftover) placeOn(current *coordinationv1.Lease) bool {
 // leftoverOfGrant is what a grant written on l leaves behind if it is not
 // released.
 func leftoverOfGrant(l *coordinationv1.Lease) leftover {
-	return leftover{token: lease.Token(l), nonce: l.Annotations[lease.GrantNonceAnnotation], ticket: l.Annotations[lease.TicketAnnotation]}
+	return leftover{token: lease.Token(l), nonce: l.Annotations[locksv1alpha1.GrantNonceAnnotation], ticket: l.Annotations[locksv1alpha1.TicketAnnotation]}
 }
 
 // clearLeftover ends lo on the lock's Lease: releases its grant if the

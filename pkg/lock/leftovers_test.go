@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
@@ -23,8 +24,10 @@ func leaseWith(holder string, token int32, annotations map[string]string) *coord
 }
 
 func TestLeftoverMatchesOnlyWhatThisClientLeft(t *testing.T) {
-	nonce := func(n string) map[string]string { return map[string]string{lease.GrantNonceAnnotation: n} }
-	handed := func(ticket string) map[string]string { return map[string]string{lease.TicketAnnotation: ticket} }
+	nonce := func(n string) map[string]string { return map[string]string{locksv1alpha1.GrantNonceAnnotation: n} }
+	handed := func(ticket string) map[string]string {
+		return map[string]string{locksv1alpha1.TicketAnnotation: ticket}
+	}
 	queued := func(ticket string) map[string]string { return map[string]string{lease.EntryKey(ticket): "0,1,me"} }
 	cases := []struct {
 		name      string

@@ -151,7 +151,7 @@ func (c *Client) register(ctx context.Context, current *coordinationv1.Lease, p 
 // record principals, the principal that took the place (a grant bound to
 // another principal is that principal's, whatever it names).
 func handedToMe(current *coordinationv1.Lease, identity string, p *place) bool {
-	if p.ticket == "" || lease.Holder(current) != identity || current.Annotations[lease.TicketAnnotation] != p.ticket {
+	if p.ticket == "" || lease.Holder(current) != identity || current.Annotations[locksv1alpha1.TicketAnnotation] != p.ticket {
 		return false
 	}
 	bound := current.Annotations[locksv1alpha1.HolderPrincipalAnnotation]
@@ -162,7 +162,7 @@ func handedToMe(current *coordinationv1.Lease, identity string, p *place) bool {
 // it did not take: its identity, its token and its attempt's nonce.
 func landedUncertain(current *coordinationv1.Lease, identity string, p *place) bool {
 	return p.uncertain != 0 && p.uncertainNonce != "" && lease.Holder(current) == identity &&
-		lease.Token(current) == p.uncertain && current.Annotations[lease.GrantNonceAnnotation] == p.uncertainNonce
+		lease.Token(current) == p.uncertain && current.Annotations[locksv1alpha1.GrantNonceAnnotation] == p.uncertainNonce
 }
 
 // leaveQueue takes a caller that gave up out of the queue (best effort,
@@ -321,7 +321,7 @@ func (c *Client) learnPrincipal(ctx context.Context, current *coordinationv1.Lea
 		p.principal = queuedBy
 		return
 	}
-	if current.Annotations[lease.TicketAnnotation] == p.ticket && current.Annotations[locksv1alpha1.HolderPrincipalAnnotation] != "" {
+	if current.Annotations[locksv1alpha1.TicketAnnotation] == p.ticket && current.Annotations[locksv1alpha1.HolderPrincipalAnnotation] != "" {
 		if self, err := c.selfPrincipal(ctx); err == nil {
 			p.principal = self
 		}

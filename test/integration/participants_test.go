@@ -305,7 +305,7 @@ func TestQueuePlacesAreBoundToWhoTookThem(t *testing.T) {
 	r := <-done
 	g.Expect(r.err).NotTo(HaveOccurred())
 	handed := getLease(g, ns, "billing")
-	g.Expect(handed.Annotations[lease.TicketAnnotation]).To(Equal(bobTicket), "alice's release handed the lock to bob")
+	g.Expect(handed.Annotations[locksv1alpha1.TicketAnnotation]).To(Equal(bobTicket), "alice's release handed the lock to bob")
 	g.Expect(handed.Annotations[locksv1alpha1.HolderPrincipalAnnotation]).To(Equal(bob.principal))
 	stillHolds(g, ns, "billing", r.grant, time.Now())
 	g.Expect(r.grant.Release(context.Background())).To(Succeed())

@@ -126,8 +126,8 @@ func TestHolderCannotForgeAHandOff(t *testing.T) {
 		now := metav1.NewMicroTime(time.Now())
 		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptrTo("bob-1"), ptrTo(*l.Spec.LeaseTransitions+1)
 		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
-		l.Annotations[lease.TicketAnnotation] = bobTicket
-		l.Annotations[lease.HandedOffByAnnotation] = "mallory-1"
+		l.Annotations[locksv1alpha1.TicketAnnotation] = bobTicket
+		l.Annotations[locksv1alpha1.HandedOffByAnnotation] = "mallory-1"
 	})
 	if err != nil {
 		refused(g, err, "") // the promise holds: nothing more to show
@@ -283,7 +283,7 @@ func TestBloatedLeaseDoesNotEndAnothersGrant(t *testing.T) {
 	refused(g, mallory.forge(ns, "billing", func(l *coordinationv1.Lease) { l.Labels["example.com/probe"] = "x" }),
 		"a participant writes only the queue")
 	refused(g, mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
-		l.Labels[lease.FrontLabelPrefix+"no-such-ticket"] = "true"
+		l.Labels[locksv1alpha1.FrontLabelPrefix+"no-such-ticket"] = "true"
 	}), "a participant writes only the queue")
 
 	select {
@@ -305,7 +305,7 @@ func fillEdit(b int, ticket string) func(l *coordinationv1.Lease) {
 				delete(l.Labels, k)
 			}
 		}
-		delete(l.Labels, lease.FrontLabelPrefix+ticket)
+		delete(l.Labels, locksv1alpha1.FrontLabelPrefix+ticket)
 		for i := range b / 63 {
 			l.Labels[fmt.Sprintf("example.com/f%05d", i)] = strings.Repeat("x", 63)
 		}
@@ -360,8 +360,8 @@ func TestHolderCannotMarkItsGrantAHandOffLater(t *testing.T) {
 	gm, err := mallory.lockClient(t, ns, "billing", "billing-job_"+uid).TryAcquire(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
 	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
-		l.Annotations[lease.TicketAnnotation] = "pod-" + uid
-		l.Annotations[lease.HandedOffByAnnotation] = "someone"
+		l.Annotations[locksv1alpha1.TicketAnnotation] = "pod-" + uid
+		l.Annotations[locksv1alpha1.HandedOffByAnnotation] = "someone"
 	})
 	refused(g, err, "come only with a hand-off")
 	stillHolds(g, ns, "billing", gm, time.Now())

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 	testutil "github.com/frontdesk-dev/frontdesk/test/util"
@@ -385,5 +386,5 @@ func TestHolderKeepsItsGrantThroughACrowdRegistering(t *testing.T) {
 	handed := getLease(g, ns, "billing")
 	g.Expect(handed.Spec.HolderIdentity).To(HaveValue(Equal(head.Holder())), "the release handed the lock to the head")
 	g.Expect(head.Token()).To(Equal(holder.Token() + 1))
-	g.Expect(handed.Annotations).To(HaveKeyWithValue(lease.HandedOffByAnnotation, "holder"), "the release handed the lock to the head")
+	g.Expect(handed.Annotations).To(HaveKeyWithValue(locksv1alpha1.HandedOffByAnnotation, "holder"), "the release handed the lock to the head")
 }
