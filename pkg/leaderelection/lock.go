@@ -344,7 +344,7 @@ func (l *Lock) wrote(ler *resourcelock.LeaderElectionRecord, answer *coordinatio
 	if !ok {
 		return // its window cannot be counted; Update ended the Term
 	}
-	validUntil := since.Add(duration - l.safetyMargin(duration))
+	validUntil := since.Add(duration - lease.SafetyMargin(duration, l.cfg.SafetyMargin))
 	now := l.cfg.Clock.Now()
 
 	l.mu.Lock()
@@ -370,15 +370,6 @@ func (l *Lock) wrote(ler *resourcelock.LeaderElectionRecord, answer *coordinatio
 	l.armLocked(t, now)
 	close(l.started)
 	l.started = make(chan struct{})
-}
-
-// safetyMargin is Config.SafetyMargin, or 2% of duration plus 100ms: it
-// covers clock-rate drift between machines and scheduling delay.
-func (l *Lock) safetyMargin(duration time.Duration) time.Duration {
-	if l.cfg.SafetyMargin > 0 {
-		return l.cfg.SafetyMargin
-	}
-	return duration/50 + 100*time.Millisecond
 }
 
 // extendLocked moves t's window to validUntil if that is later. An answer

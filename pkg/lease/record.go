@@ -119,3 +119,14 @@ func (o *Observer) Forget(key string) {
 	defer o.mu.Unlock()
 	delete(o.observations, key)
 }
+
+// SafetyMargin is how much earlier than the lease duration, counted from a
+// write's start, its writer stops counting on the grant: configured when
+// positive, else 2% of duration plus 100ms. It covers the clocks of two
+// machines running at different rates, and scheduling delay.
+func SafetyMargin(duration, configured time.Duration) time.Duration {
+	if configured > 0 {
+		return configured
+	}
+	return duration/50 + 100*time.Millisecond
+}

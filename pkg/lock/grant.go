@@ -58,13 +58,9 @@ type Grant struct {
 }
 
 // safetyMargin is how long before the lease could lapse for others a grant
-// stops counting as held: Config.SafetyMargin, or 2% of the lease duration
-// plus 100ms.
+// stops counting as held (see lease.SafetyMargin).
 func (c *Client) safetyMargin(info lockInfo) time.Duration {
-	if c.cfg.SafetyMargin > 0 {
-		return c.cfg.SafetyMargin
-	}
-	return info.duration/50 + 100*time.Millisecond
+	return lease.SafetyMargin(info.duration, c.cfg.SafetyMargin)
 }
 
 // safeUntil is how long a write that started at start keeps the lock: the
