@@ -4,9 +4,10 @@ package controllers
 const (
 	// EventAcquired: a new grant to a holder when the lock was free.
 	EventAcquired = "Acquired"
-	// EventRenewed: the first renewal of a grant, or a renewal by a holder
-	// whose lease the controller had already seen lapse. Routine renewals
-	// are not recorded as events.
+	// EventRenewed (a Warning): the holder renewed a grant that status
+	// already reported as Expired, before the controller ended it as
+	// lapsed; writes it made meanwhile must be fenced. No other renewal is
+	// recorded as an event.
 	EventRenewed = "Renewed"
 	// EventReleased: the holder released the lock.
 	EventReleased = "Released"

@@ -48,8 +48,7 @@ func TestBenchShortRun(t *testing.T) {
 	// loses the race for it (a write each), then registers once (a merge
 	// patch, spread out) and is handed the lock (a write): three writes per
 	// grant, and a lost race more now and then when the lock falls free
-	// while most of the crowd is still spread out. Before, four to four and
-	// a half.
+	// while most of the crowd is still spread out.
 	if r := writes[3]; r.N != 20 || r.LeaseWrites+r.LeaseConflicts > 3.5 {
 		t.Errorf("%s: %+v; want at most 3.5 Lease writes per grant, lost races included", r.Scenario, r)
 	}

@@ -39,10 +39,9 @@ func (e *everyHandoff) record() bool {
 // of waiters) in turns: the holders of a lock release only during its
 // turn, which lasts a block of handoffs, so that every number of waiters
 // is measured over the same stretch of the run rather than one after the
-// other. On the dev machine the handoff p50 of one waiter moved from 6.8 ms
-// to 11.5 ms between runs of the same code (docs/benchmarks.md); a ratio
-// between two numbers of waiters measured minutes apart measures that drift
-// as much as the waiters.
+// other. A machine's speed drifts from one stretch of minutes to the next
+// (docs/benchmarks.md, "Method"); a ratio between two numbers of waiters
+// measured minutes apart would measure that drift as much as the waiters.
 //
 // Each lock first settles: its holders release freely (those handoffs are
 // not measured) until every waiter has joined the queue, then its holder

@@ -79,7 +79,8 @@ type Config struct {
 	// Identity this process leads as. It must be unique per process
 	// incarnation. Default: lock.DefaultIdentity(), which names the pod
 	// (and its UID) when $POD_NAME and $POD_UID are set, so frontdesk marks
-	// the leader's pod.
+	// the leader's pod when the pod consents (its annotation
+	// locks.frontdesk.dev/may-hold lists the lock).
 	Identity string
 	// EventRecorder, optional, records client-go's "became leader" and
 	// "stopped leading" on the Lease.

@@ -14,11 +14,16 @@ import (
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
-// The edits below are how the controller changes a Lease's record (clients
-// write the patches of writes.go). Each returns a modified copy that keeps
-// the resourceVersion of the Lease it was made from, so writing it with
-// Update is a compare-and-swap: it lands only if nobody wrote in between.
-// None of them does I/O.
+// The edits below change a Lease's record as a whole object, for the
+// controller. Each returns a modified copy that keeps the resourceVersion of
+// the Lease it was made from, so writing it with Update is a
+// compare-and-swap: it lands only if nobody wrote in between. None of them
+// does I/O. They are not the controller's only changes to a record: it
+// revokes its own candidates-mode grant by moving renewTime itself
+// (revokeCandidateGrant in controllers/retire.go), sets the duration of a
+// free Lease to the lock's (controllers/lease.go), and builds from the
+// patches of writes.go its ending of a lapsed grant, its removal of
+// passed-over places and the grants of lock-admitted pods.
 
 // ErrTokensExhausted: the Lease's leaseTransitions is at the largest value
 // an int32 holds, so no further grant can carry a higher fencing token until

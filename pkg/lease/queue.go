@@ -19,8 +19,9 @@ import (
 // The waiters of a lock queue up on its Lease, one pair of annotations per
 // place in the queue (its ticket), so that the queue changes atomically with
 // the grants and so that the apiserver can tell whose each place is: a
-// waiter registers by adding its own pair (a merge patch: registrations
-// never conflict with each other or with the holder's writes), a graceful
+// waiter registers by adding its own pair (first exactly, ExactRegistration;
+// after a lost race as a merge patch, Registration, which conflicts with no
+// other registration nor with the holder's writes), a graceful
 // release hands the lock to the head of the queue in the same write that
 // ends the holder's grant, and when the lock falls free otherwise (the
 // holder lapsed, or was broken) the head is the only waiter that tries at

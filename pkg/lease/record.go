@@ -1,7 +1,3 @@
-// Package lease holds what both the frontdesk controller and the client
-// library need to judge a coordination.k8s.io/v1 Lease: its record (the
-// fields a holder changes) and the observer that times how long a record has
-// stayed unchanged on the local monotonic clock.
 package lease
 
 import (

@@ -13,14 +13,18 @@ import (
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
-// The patches below are every write a client of a lock makes to its Lease:
-// grant, renew, release, hand off, break. Each is built from the copy of the
-// Lease the client judged and tests, first, exactly what that judgement
-// rests on (the token, the holder, whether the grant lapsed), so it lands
-// only if those still hold when the apiserver applies it; the rest of the
-// Lease (the queue, above all) may have changed meanwhile. Two grants judged
-// on the same token cannot both land: the first moves the token, and the
-// second's test fails. None of them does I/O.
+// The patches below are the writes of a grant: grant, renew, release, hand
+// off and break, which clients send (the queue's own writes are in
+// queue.go), and lapse and the removal of passed-over places, which the
+// controller sends. (The controller also builds the grant, release and
+// hand-off of a lock-admitted pod from them, applied to its copy and written
+// with an Update.) Each is built from the copy of the Lease its writer
+// judged and tests, first, exactly what that judgement rests on (the token
+// and the holder, and what else each one names), so it lands only if those
+// still hold when the apiserver applies it; the rest of the Lease (the
+// queue, above all) may have changed meanwhile. Two grants judged on the
+// same token cannot both land: the first moves the token, and the second's
+// test fails. None of them does I/O.
 
 var (
 	pathHolder      = "/spec/holderIdentity"

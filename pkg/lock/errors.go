@@ -27,7 +27,8 @@ var (
 	// ErrAnsweredTooLate: the Lease was granted to this client, but the
 	// answer came back after the grant's safe window, so it was not handed
 	// out: others may already hold the lock. The unusable grant keeps the
-	// lock until it lapses, so this matches ErrHeld too.
+	// lock while the caller waits on (until it lapses), and is released
+	// when the caller gives up, so this matches ErrHeld too.
 	ErrAnsweredTooLate = fmt.Errorf("%w: the grant's answer came back too late to use", ErrHeld)
 	// ErrIdentityInUse: another process holds the lock, or waits for it,
 	// under this client's identity. Matched by *IdentityInUseError.

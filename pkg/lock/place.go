@@ -289,7 +289,7 @@ const maxRegistrationSpread = 15 * time.Second
 // lost race means that others are registering at the same moment (a crowd
 // arriving at once). Merge patches never fail on each other, but the
 // apiserver applies the writes of one Lease one at a time and redoes those
-// that lost (a crowd merging at once made it redo its work the square of
+// that lost (a crowd merging at once makes it redo its work the square of
 // the crowd's size times, starving the holder's renewals); spread out, the
 // crowd's registrations land one after another, and the holder's renewals
 // between them. The first of N sleepers wakes after about 1/N of the

@@ -49,10 +49,10 @@ func leaseSpec(g Gomega, namespace, name string) coordinationv1.LeaseSpec {
 	return getLease(g, namespace, name).Spec
 }
 
-// A flag that cannot be honoured fails the command before it takes the lock:
-// `acquire -o xml` used to take the lock, then fail on the format, leaving it
-// held under an identity nobody saw. And when the grant cannot be printed
-// (stdout closed), it is released again.
+// A flag that cannot be honoured fails the command before it takes the lock
+// (`acquire -o xml` must not take the lock and then fail on the format,
+// leaving it held under an identity nobody saw). And when the grant cannot
+// be printed (stdout closed), it is released again.
 func TestKubectlLockAcquireChecksFlagsBeforeTakingTheLock(t *testing.T) {
 	ns := newNamespace(t)
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(30).Obj())

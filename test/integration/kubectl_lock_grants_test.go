@@ -63,12 +63,12 @@ func startRun(t *testing.T, ns, lock, identity, log string, hold time.Duration, 
 }
 
 // A hand-off on a short lease keeps its new holder: A holds for 1 s, B
-// queues 0.3 s after A's grant and runs for most of a lease. Before, the
-// handed-off grant's window was counted from B's registration while its
-// first renewal came a renew interval after the hand-off, so the plugin's
-// SIGTERM deadline fell before that renewal and B exited 75 (37 of 38 runs
-// at a 2 s lease). Ten pairs at once, on locks of their own, at 2 s and 3 s
-// leases, and again with a CPU hog.
+// queues 0.3 s after A's grant and runs for most of a lease. The
+// handed-off grant's window counts from B's registration, so its first
+// renewal must come where a grant written then would be renewed: a renewal
+// a renew interval after the hand-off would fall after the plugin's SIGTERM
+// deadline, and B would exit 75. Ten pairs at once, on locks of their own,
+// at 2 s and 3 s leases, and again with a CPU hog.
 func TestKubectlLockRunHandOffOnShortLeasesKeepsTheNewHolder(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -130,9 +130,9 @@ func readLines(t *testing.T, path string) []string {
 
 // A crowd of kubectl dlock run started at once on a 3 s lock, each command
 // running for 40 % of the lease: every one gets the lock in turn, none exits
-// 75 (waiters that had waited long at the front of the queue used to be
-// SIGTERMed soon after their hand-off), the commands never overlap, and
-// the tokens rise. Two runs of twelve.
+// 75 (a waiter that waited long at the front of the queue keeps its
+// hand-off rather than being SIGTERMed soon after it), the commands never
+// overlap, and the tokens rise. Two runs of twelve.
 func TestKubectlLockRunCrowdOnAShortLeaseAllSucceed(t *testing.T) {
 	const runs, crowd = 2, 12
 	for run := range runs {

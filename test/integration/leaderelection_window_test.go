@@ -149,8 +149,9 @@ func leaseRecord(t *testing.T, r testutil.Request) *coordinationv1.Lease {
 // record (its renewTime taken once per attempt), which succeeds; then the
 // leader is cut off. A stock client-go candidate saw that record when the
 // first write stored it, and does not restart its wait for the identical
-// resend: the leader's Term must end before it takes over. Before, the
-// window counted from the resend, 1.25s (the lost answer's timeout) later.
+// resend: the leader's Term must end before it takes over, so the window
+// counts from the first write, not from the resend 1.25s (the lost
+// answer's timeout) later.
 func TestLeaderElectionTermEndsBeforeACandidateTakesOverAfterALostAnswer(t *testing.T) {
 	ns := newNamespace(t)
 	const lease = "window-lost"
@@ -211,8 +212,8 @@ func waitForCut(t *testing.T, cutAt *atomic.Pointer[time.Time]) time.Time {
 // a stock client-go candidate cannot tell apart (its record's JSON shows
 // them to the second), so it counts from the first of them. The leader is
 // cut off after a renewal that came at least 550ms after the first one of
-// its second: its Term must still end before the candidate takes over.
-// Before, the window counted from that last renewal.
+// its second: its Term must still end before the candidate takes over, so
+// the window counts from the first renewal of that second, not the last.
 func TestLeaderElectionTermEndsBeforeACandidateTakesOverAfterSameSecondRenewals(t *testing.T) {
 	ns := newNamespace(t)
 	const lease = "window-second"
@@ -267,8 +268,8 @@ func renewSecondOf(r testutil.Request) (int64, bool) {
 // the controller has recorded the token and released its finalizer, and
 // not yet recreated it) waits instead of creating the Lease; once the
 // controller recreates it from the lock's token floor, the process leads
-// with the next token. Before, it created the Lease at token 0, below the
-// lock's recorded token, so every fenced write of its leader would be
+// with the next token. A Lease it created would start at token 0, below
+// the lock's recorded token, so every fenced write of its leader would be
 // refused.
 func TestLeaderElectionRestartedProcessWaitsForTheControllerToRecreateTheLease(t *testing.T) {
 	ns := newNamespace(t)

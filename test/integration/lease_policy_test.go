@@ -33,9 +33,9 @@ func guardedNamespace(t *testing.T) string {
 
 // The apiserver itself refuses the Lease writes that would break the
 // fencing promise, whoever sends them; a lock user cannot untie a Lease from
-// its lock either. Before, such writes were repaired after the fact (and a
-// grant in between reused a token), and a lock user could strip the token
-// finalizer.
+// its lock either. The controller's repairs come after the fact (a grant
+// in between could reuse a token), and nothing else keeps a lock user from
+// stripping the token finalizer.
 func TestLeaseGuardRefusesWritesThatBreakFencing(t *testing.T) {
 	ns := guardedNamespace(t)
 	ctx := context.Background()

@@ -21,10 +21,9 @@ import (
 	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
-// These tests come from a second reviewer's adversarial read of the lock
-// lifecycle: each is an interleaving that once let a token be handed out
-// twice, a candidate act alongside the next, or a Lease or namespace get
-// stuck.
+// These tests are adversarial interleavings of the lock lifecycle: each
+// is one that could hand a token out twice, let a candidate act alongside
+// the next, or leave a Lease or namespace stuck.
 
 // refuseLeaseCreate makes the apiserver refuse to create the named Lease
 // (it stands in for a controller that crashed between two passes, or an
@@ -109,8 +108,8 @@ func grantAndRelease(t *testing.T, c *lock.Client, n int) int64 {
 
 // The Lease is gone (deleted, its finalizer released) and cannot be
 // recreated when the lock is deleted: the lock waits until it can leave a
-// record behind, and the next lock of its name continues from it. Before,
-// the lock went at once and the next one started again at token 1.
+// record behind, and the next lock of its name continues from it (were it
+// to go at once, the next one would start again at token 1).
 func TestLockDeletedWhileItsLeaseIsGoneKeepsItsTokens(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()

@@ -55,8 +55,8 @@ func expectRetiredRecord(g Gomega, namespace, leaseName, lockName string, token 
 
 // Deleting a lock and creating it again (GitOps prune and re-sync, kubectl
 // replace --force) never reissues a token: the deleted lock's Lease stays as
-// the record, and the new lock continues from it. Before, the next grant got
-// token 1.
+// the record, and the new lock continues from it (without the record, the
+// next grant would get token 1).
 func TestDeletedLockKeepsItsTokensForTheNextLockOfThatName(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()
@@ -229,8 +229,8 @@ func TestLongLivedClientFollowsARecreatedLock(t *testing.T) {
 // A Lease frontdesk did not create and someone holds (a live leader
 // election, say) is not adopted until it is free; with leaseAdoption
 // WhileHeld it is adopted at once, holder and all, and when the lock is
-// deleted it is handed back as it was, never deleted. Before, the lock took
-// such a Lease silently and deleting the lock deleted it under its holder.
+// deleted it is handed back as it was, never deleted: it is not the lock's
+// to take silently, nor to delete under its holder.
 func TestForeignLeasesAreAdoptedOnlyWhenAllowedAndNeverDeleted(t *testing.T) {
 	ns := newNamespace(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -319,8 +319,8 @@ func TestRetiredRecordOfAnotherLockIsNotTaken(t *testing.T) {
 
 // With the manager down, a Lease wound back by hand below the lock's
 // recorded token is not granted on: the library refuses instead of handing
-// out a token at or below the recorded one. Before, it granted
-// leaseTransitions+1 (token 4 after 35 had been recorded).
+// out a token at or below the recorded one (leaseTransitions+1 would be
+// token 4 after 35 had been recorded).
 func TestClientRefusesALeaseWoundBackBelowTheRecordedToken(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()

@@ -131,8 +131,8 @@ func TestHolderPodIsAnnotatedAndLabelled(t *testing.T) {
 // controller marks a pod only when the identity carries its UID and the pod
 // itself consents (locks.frontdesk.dev/may-hold lists the lock). A UID is
 // no secret: holder identities in status show them; here the intruder even
-// uses the victim's real UID. Before, any identity "victim_..." marked pod
-// victim.
+// uses the victim's real UID. An identity "victim_..." alone never marks
+// pod victim.
 func TestLockUserCannotHaveAPodItDoesNotRunMarked(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()
@@ -176,8 +176,8 @@ func TestLockUserCannotHaveAPodItDoesNotRunMarked(t *testing.T) {
 // being eligible its marks go at once, and the next candidate is granted
 // only once the old pod is gone or the hand-off delay (by default one lease
 // duration) has passed since the revocation. Events say which ended the
-// wait. Before, the next pod was granted in the same pass, while the old
-// one, which has no grant Context, still believed it led.
+// wait. The next pod is never granted in the same pass: the old one has
+// no grant Context, and may still believe it leads.
 func TestCandidatesModeRevokesThenHandsOff(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()
@@ -358,8 +358,8 @@ func tappedLeaseWrites(t *testing.T, tap *testutil.Tap, ns, name string) ([]coor
 // of the pass that made it. Here the apiserver is slow to take the removal
 // of the old pod's marks (held back 1.5s), which the revocation waits for;
 // the next pod is still granted only a full delay (2s) after the
-// revocation was answered. Before, the delay counted from the start of the
-// pass, and the next grant came 1.5s early.
+// revocation was answered (counted from the start of the pass, the next
+// grant would come 1.5s early).
 func TestCandidatesHandOffDelayCountsFromTheRevocationWrite(t *testing.T) {
 	tap := testutil.NewTap()
 	withManagerThrough(t, tap)
@@ -408,8 +408,8 @@ func TestCandidatesHandOffDelayCountsFromTheRevocationWrite(t *testing.T) {
 // A pod replaced by one of the same name (as a StatefulSet replaces it)
 // while the controller's cache still shows the old one is not marked in its
 // place: the marks' patch carries the UID the controller checked, and the
-// apiserver refuses it. Before, the patch went by name alone, and the new
-// pod got the holder label and a token that is not its own.
+// apiserver refuses it (a patch by name alone would give the new pod the
+// holder label and a token that is not its own).
 func TestMarksDoNotLandOnAReplacementPodOfTheSameName(t *testing.T) {
 	tap := testutil.NewTap()
 	podWatch := testutil.NewGate()

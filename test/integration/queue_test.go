@@ -303,10 +303,9 @@ func (c *crowd) wait() { c.wg.Wait() }
 // middle of that crowd loses races too, and must still land; every waiter
 // then gets the lock once, each with a token of its own, and its release
 // lands, while the rest of the crowd may still be registering (only the
-// crowd's outcome is checked). (make bench saw a
-// release give up after 25 lost races among 200 waiters registering
-// together; this crowd of 60 does not reproduce that reliably, so the
-// bound is argued in maxWriteAttempts' comment.)
+// crowd's outcome is checked). A crowd of 60 does not reliably make a
+// release lose many races in a row, so the bound on its retries is argued
+// in maxWriteAttempts' comment rather than shown here.
 func TestReleaseLandsThroughACrowdRegistering(t *testing.T) {
 	ns := newNamespace(t)
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(30).Obj())
@@ -345,9 +344,9 @@ func TestReleaseLandsThroughACrowdRegistering(t *testing.T) {
 // renewals. Waiters whose first registration lost a race spread their
 // second over half a lease (registrationSpread), so the holder's renewals
 // land: the grant must last through the crowd, renewed, and its release
-// must hand the lock on. (100 waiters: at 150 on a 2-core machine the
-// holder's renewal went unanswered for the whole lease; see
-// docs/benchmarks.md.)
+// must hand the lock on. (100 waiters: on a 2-core machine that also runs
+// the control plane, 150 can keep the holder's renewal unanswered for the
+// whole 3 s lease.)
 func TestHolderKeepsItsGrantThroughACrowdRegistering(t *testing.T) {
 	ns := newNamespace(t)
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(3).Obj())

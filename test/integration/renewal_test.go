@@ -86,10 +86,10 @@ func faultyClient(t *testing.T, namespace, name, identity string) (*lock.Client,
 	return c, faults
 }
 
-// The first two renewal attempts fail. Before, the heartbeat tried again
-// only at the next tick, so failures at two ticks a third of a lease apart
-// left no tick inside the safe window and a healthy lock was lost; now a
-// failed renewal is retried with backoff within the window.
+// The first two renewal attempts fail. A failed renewal is retried with
+// backoff within the safe window: were it tried again only at the next
+// tick, failures at two ticks a third of a lease apart would leave no tick
+// inside the window, and a healthy lock would be lost.
 func TestTwoTransientRenewalErrorsDoNotLoseAHealthyLock(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()
@@ -232,9 +232,9 @@ func TestClientReportsWhatItDoes(t *testing.T) {
 // never wait behind its own client-side rate limiter. Here the rest.Config
 // carries one shared limiter of one request every two seconds, kept busy by
 // the same client's reads of its lock; the grant of a 3 s lease is renewed
-// on time through three lease durations, and released at once. Before, a
-// renewal waited its turn at the limiter (and a release under a crowd
-// failed with "client rate limiter Wait returned an error").
+// on time through three lease durations, and released at once (behind the
+// limiter a renewal would wait its turn, and a release under a crowd could
+// fail with "client rate limiter Wait returned an error").
 func TestRenewalsAndReleasesNeverWaitBehindTheClientsRateLimiter(t *testing.T) {
 	ns := newNamespace(t)
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(3).Obj())
