@@ -277,8 +277,8 @@ func (r *DistributedLockReconciler) namespaceTerminating(ctx context.Context, na
 }
 
 // handBack returns a Lease the lock adopted to the state it found it in:
-// no finalizer, label or annotations of frontdesk's. Its holder, if any, is
-// left alone.
+// no finalizer, label or annotations of frontdesk's, but its token epoch
+// (its tokens never go back). Its holder, if any, is left alone.
 func (r *DistributedLockReconciler) handBack(ctx context.Context, lock *locksv1alpha1.DistributedLock, l *coordinationv1.Lease) error {
 	back := l.DeepCopy()
 	lease.ClearController(back)

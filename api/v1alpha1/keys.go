@@ -160,7 +160,9 @@ const (
 
 // ManagerAnnotations are the annotations on a lock's Lease that only the
 // frontdesk manager writes (the lease-guard policy refuses them to
-// everyone else).
+// everyone else), and that a hand-back removes. TokenEpochAnnotation is
+// manager-only too but not listed: a Lease keeps its epoch for good, so
+// that its tokens never go back, even after a hand-back.
 var ManagerAnnotations = []string{
 	LockUIDAnnotation, LeaseOriginAnnotation, CandidateGrantAnnotation, RevokedAnnotation,
 	LeaseDurationAnnotation, LapsedAnnotation, AdmittedGrantAnnotation,

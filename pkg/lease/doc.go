@@ -24,7 +24,7 @@
 //     to a floor, and starting a token epoch, each a modified copy of a
 //     whole Lease that the controller writes with an Update carrying the
 //     resourceVersion it read.
-//   - The keys: which annotations and labels on a Lease are frontdesk's
-//     (keys.go, and the constants of queue.go and writes.go), and which lock
+//   - Which annotations on a Lease are frontdesk's (keys.go; the keys
+//     themselves are defined in api/v1alpha1's keys.go), and which lock
 //     controls a Lease (control.go).
 package lease
