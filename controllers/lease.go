@@ -369,15 +369,9 @@ func holderLapse(lock *locksv1alpha1.DistributedLock, l *coordinationv1.Lease, o
 		return time.Time{}
 	}
 	lapse := obs.Deadline(lockDuration(lock))
-	if l.Annotations[locksv1alpha1.RevokedAnnotation] == obs.Record.Holder {
-		lapse = maxTime(lapse, obs.ObservedAt.Add(handOffDelay(lock)))
+	if handOff := obs.ObservedAt.Add(handOffDelay(lock)); l.Annotations[locksv1alpha1.RevokedAnnotation] == obs.Record.Holder &&
+		handOff.After(lapse) {
+		return handOff
 	}
 	return lapse
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

@@ -176,7 +176,7 @@ func (g *Grant) renewLoop(first time.Duration) {
 	defer close(g.done)
 	timer := g.client.cfg.Clock.NewTimer(first)
 	defer timer.Stop()
-	failures := 0
+	failures, retries := 0, renewBackoff(g.interval)
 	for {
 		select {
 		case <-g.stop:
@@ -197,7 +197,7 @@ func (g *Grant) renewLoop(first time.Duration) {
 			g.lastRenewErr = err
 			left := g.validUntil.Sub(g.client.cfg.Clock.Now())
 			g.mu.Unlock()
-			retry := renewRetryDelay(failures, g.interval)
+			retry := retries.Step()
 			g.client.cfg.Metrics.renewed(g.client.cfg.Namespace, g.client.cfg.Name, err)
 			g.log.Error(err, "renewal failed; retrying within the safe window", "failures", failures,
 				"retryIn", retry, "safeFor", left.Round(time.Millisecond))
@@ -206,25 +206,11 @@ func (g *Grant) renewLoop(first time.Duration) {
 			if failures > 0 {
 				g.log.Info("renewed again after failures", "failures", failures)
 			}
-			failures = 0
+			failures, retries = 0, renewBackoff(g.interval)
 			g.client.cfg.Metrics.renewed(g.client.cfg.Namespace, g.client.cfg.Name, nil)
 			timer.Reset(g.interval)
 		}
 	}
-}
-
-// renewRetryDelay is how long to wait before retrying after the given
-// number of failed renewals in a row: from a tenth of the renew interval
-// (at most 100ms), doubling, up to half the interval.
-func renewRetryDelay(failures int, interval time.Duration) time.Duration {
-	d := min(interval/10, 100*time.Millisecond)
-	for range failures - 1 {
-		if d >= interval/2 {
-			break
-		}
-		d *= 2
-	}
-	return min(max(d, time.Millisecond), max(interval/2, time.Millisecond))
 }
 
 // armExpiry (re)starts the timer that declares the grant lost at
@@ -322,7 +308,8 @@ func (g *Grant) releaseLapsed() {
 	<-clk.After(g.client.safetyMargin(g.info))
 	ctx, cancel := context.WithTimeout(context.Background(), g.info.duration)
 	defer cancel()
-	for failures := 1; ctx.Err() == nil; failures++ {
+	retries := renewBackoff(g.interval)
+	for ctx.Err() == nil {
 		fresh, err := g.client.leases.Get(ctx, g.info.leaseName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return
@@ -338,7 +325,7 @@ func (g *Grant) releaseLapsed() {
 		}
 		select {
 		case <-ctx.Done():
-		case <-clk.After(renewRetryDelay(failures, g.interval)):
+		case <-clk.After(retries.Step()):
 		}
 	}
 }

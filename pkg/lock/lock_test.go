@@ -14,7 +14,9 @@ import (
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
-func TestRenewRetryDelayBacksOffWithinTheInterval(t *testing.T) {
+// The n-th retry of a grant's write in a row waits from a tenth of the
+// renew interval (at most 100ms), doubling, up to half the interval.
+func TestRenewBackoffStaysWithinTheInterval(t *testing.T) {
 	cases := []struct {
 		failures int
 		interval time.Duration
@@ -30,8 +32,13 @@ func TestRenewRetryDelayBacksOffWithinTheInterval(t *testing.T) {
 		{1, time.Millisecond, time.Millisecond},
 	}
 	for _, c := range cases {
-		if got := renewRetryDelay(c.failures, c.interval); got != c.want {
-			t.Errorf("renewRetryDelay(%d, %s) = %s, want %s", c.failures, c.interval, got, c.want)
+		b := renewBackoff(c.interval)
+		var got time.Duration
+		for range c.failures {
+			got = b.Step()
+		}
+		if got != c.want {
+			t.Errorf("retry %d of renewBackoff(%s) = %s, want %s", c.failures, c.interval, got, c.want)
 		}
 	}
 }

@@ -2,30 +2,17 @@ package lock
 
 import (
 	"context"
-	"math/rand/v2"
+
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
-
-// watchRetryDelay is how long a waiter backs off when it cannot open a
-// watch, before reading the Lease again; it doubles with every failure in a
-// row, up to maxRecheck (see watchRetryBackoff).
-const watchRetryDelay = time.Second
-
-// watchRetryBackoff is how long to back off after failures watches in a
-// row could not be opened: watchRetryDelay doubled for each failure after
-// the first, at most maxRecheck, less a random quarter so that waiters
-// cut off together (an apiserver restarting) do not come back together.
-func watchRetryBackoff(failures int) time.Duration {
-	d := min(watchRetryDelay<<min(max(failures-1, 0), 6), maxRecheck)
-	return d - time.Duration(rand.Int64N(int64(d/4)+1))
-}
 
 // leaseWatch is the one watch an Acquire call keeps on its Lease. It is
 // opened at the first wait, reopened when the server ends it, and narrowed
@@ -43,8 +30,10 @@ type leaseWatch struct {
 	w      watch.Interface
 	// scoped: w watches only for the Lease naming ticket at the front.
 	scoped bool
-	// failures counts the watches in a row that could not be opened.
-	failures int
+	// retries backs off the watches in a row that could not be opened;
+	// failing says one failed last.
+	retries wait.Backoff
+	failing bool
 }
 
 // next waits for the Lease's next change, the hint's deadline, or the end of
@@ -71,8 +60,10 @@ func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (leaseCopy, error
 			// No watch (the resourceVersion may be too old, or watching is
 			// not allowed, or the apiserver is away): back off, then read
 			// afresh.
-			lw.failures++
-			backoff := clk.NewTimer(watchRetryBackoff(lw.failures))
+			if !lw.failing {
+				lw.retries, lw.failing = watchBackoff(), true
+			}
+			backoff := clk.NewTimer(jitterDown(lw.retries.Step()))
 			defer backoff.Stop()
 			select {
 			case <-ctx.Done():
@@ -82,7 +73,7 @@ func (lw *leaseWatch) next(ctx context.Context, hint waitHint) (leaseCopy, error
 			}
 			return leaseCopy{}, nil
 		}
-		lw.w, lw.scoped, lw.failures = w, scoped, 0
+		lw.w, lw.scoped, lw.failing = w, scoped, false
 	}
 	select {
 	case <-ctx.Done():

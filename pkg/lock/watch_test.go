@@ -212,7 +212,7 @@ func TestPassingReadError(t *testing.T) {
 
 // A waiter that cannot open a watch backs off longer with every failure in
 // a row, up to maxRecheck, with some jitter.
-func TestWatchRetryBackoffDoublesUpToTheRecheck(t *testing.T) {
+func TestWatchBackoffDoublesUpToTheRecheck(t *testing.T) {
 	for _, tc := range []struct {
 		failures int
 		max      time.Duration
@@ -220,7 +220,12 @@ func TestWatchRetryBackoffDoublesUpToTheRecheck(t *testing.T) {
 		{1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {5, 16 * time.Second}, {6, maxRecheck}, {60, maxRecheck},
 	} {
 		for range 100 {
-			if got := watchRetryBackoff(tc.failures); got > tc.max || got < tc.max*3/4 {
+			b := watchBackoff()
+			var got time.Duration
+			for range tc.failures {
+				got = jitterDown(b.Step())
+			}
+			if got > tc.max || got < tc.max*3/4 {
 				t.Fatalf("after %d failures: %v, want %v to %v", tc.failures, got, tc.max*3/4, tc.max)
 			}
 		}
