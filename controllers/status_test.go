@@ -61,7 +61,10 @@ func heldStatus(holder string, token int64, acquire, renew time.Time, heldReason
 	if heldReason == locksv1alpha1.ReasonHeld {
 		status = metav1.ConditionTrue
 	}
-	st.Conditions = []metav1.Condition{{Type: locksv1alpha1.ConditionHeld, Status: status, Reason: heldReason, LastTransitionTime: metav1.NewTime(t0)}}
+	st.Conditions = []metav1.Condition{
+		{Type: locksv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: locksv1alpha1.ReasonLeaseReady, LastTransitionTime: metav1.NewTime(t0)},
+		{Type: locksv1alpha1.ConditionHeld, Status: status, Reason: heldReason, LastTransitionTime: metav1.NewTime(t0)},
+	}
 	return st
 }
 
@@ -82,18 +85,24 @@ func TestDeriveStatus(t *testing.T) {
 		wantReady    metav1.ConditionStatus
 		wantEvents   []string
 		wantExpireIn time.Duration
+		// renewFollows: the status changes for another reason (holder,
+		// token, acquireTime, a condition), so its renewTime becomes the
+		// record's; otherwise it stays as it was.
+		renewFollows bool
 		highWater    int64
 	}{
 		{
-			name:       "free lease: not held, token mirrored",
-			lease:      ready(makeLease("", 4, 15, t0, t0)),
-			wantToken:  4,
-			wantHeld:   metav1.ConditionFalse,
-			wantReason: locksv1alpha1.ReasonNotHeld,
-			wantReady:  metav1.ConditionTrue,
+			name:         "free lease: not held, token mirrored",
+			renewFollows: true,
+			lease:        ready(makeLease("", 4, 15, t0, t0)),
+			wantToken:    4,
+			wantHeld:     metav1.ConditionFalse,
+			wantReason:   locksv1alpha1.ReasonNotHeld,
+			wantReady:    metav1.ConditionTrue,
 		},
 		{
 			name:         "grant on a free lock: held and Acquired",
+			renewFollows: true,
 			old:          heldStatus("", 4, t0, t0, locksv1alpha1.ReasonNotHeld),
 			lease:        ready(makeLease("a", 5, 15, t0, t0)),
 			wantHolder:   "a",
@@ -130,16 +139,17 @@ func TestDeriveStatus(t *testing.T) {
 			wantExpireIn: 14 * time.Second,
 		},
 		{
-			name:        "no renewal observed for the duration: Expired once",
-			old:         heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
-			lease:       ready(makeLease("a", 5, 15, t0, t0)),
-			observedAgo: 15 * time.Second,
-			wantHolder:  "a",
-			wantToken:   5,
-			wantHeld:    metav1.ConditionFalse,
-			wantReason:  locksv1alpha1.ReasonExpired,
-			wantReady:   metav1.ConditionTrue,
-			wantEvents:  []string{EventExpired},
+			name:         "no renewal observed for the duration: Expired once",
+			renewFollows: true,
+			old:          heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
+			lease:        ready(makeLease("a", 5, 15, t0, t0)),
+			observedAgo:  15 * time.Second,
+			wantHolder:   "a",
+			wantToken:    5,
+			wantHeld:     metav1.ConditionFalse,
+			wantReason:   locksv1alpha1.ReasonExpired,
+			wantReady:    metav1.ConditionTrue,
+			wantEvents:   []string{EventExpired},
 		},
 		{
 			name:        "still expired: no second event",
@@ -167,6 +177,7 @@ func TestDeriveStatus(t *testing.T) {
 		},
 		{
 			name:         "another holder granted while the old one had not released: TakenOver",
+			renewFollows: true,
 			old:          heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonExpired),
 			lease:        ready(makeLease("b", 6, 15, t0, t0)),
 			wantHolder:   "b",
@@ -178,49 +189,54 @@ func TestDeriveStatus(t *testing.T) {
 			wantExpireIn: 15 * time.Second,
 		},
 		{
-			name:       "holder cleared: Released",
-			old:        heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
-			lease:      ready(makeLease("", 5, 15, t0, t0)),
-			wantToken:  5,
-			wantHeld:   metav1.ConditionFalse,
-			wantReason: locksv1alpha1.ReasonNotHeld,
-			wantReady:  metav1.ConditionTrue,
-			wantEvents: []string{EventReleased},
+			name:         "holder cleared: Released",
+			renewFollows: true,
+			old:          heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
+			lease:        ready(makeLease("", 5, 15, t0, t0)),
+			wantToken:    5,
+			wantHeld:     metav1.ConditionFalse,
+			wantReason:   locksv1alpha1.ReasonNotHeld,
+			wantReady:    metav1.ConditionTrue,
+			wantEvents:   []string{EventReleased},
 		},
 		{
-			name:       "holder cleared and token raised by a break: Broken, not Released",
-			old:        heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
-			lease:      ready(brokenLease(makeLease("", 6, 15, t0, t0))),
-			wantToken:  6,
-			wantHeld:   metav1.ConditionFalse,
-			wantReason: locksv1alpha1.ReasonNotHeld,
-			wantReady:  metav1.ConditionTrue,
-			wantEvents: []string{EventBroken},
+			name:         "holder cleared and token raised by a break: Broken, not Released",
+			renewFollows: true,
+			old:          heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
+			lease:        ready(brokenLease(makeLease("", 6, 15, t0, t0))),
+			wantToken:    6,
+			wantHeld:     metav1.ConditionFalse,
+			wantReason:   locksv1alpha1.ReasonNotHeld,
+			wantReady:    metav1.ConditionTrue,
+			wantEvents:   []string{EventBroken},
 		},
 		{
 			// The controller was down while holders came and went: nothing
 			// was broken.
-			name:       "holder cleared and token raised with no break: Released, not Broken",
-			old:        heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
-			lease:      ready(makeLease("", 9, 15, t0, t0)),
-			wantToken:  9,
-			wantHeld:   metav1.ConditionFalse,
-			wantReason: locksv1alpha1.ReasonNotHeld,
-			wantReady:  metav1.ConditionTrue,
-			wantEvents: []string{EventReleased},
+			name:         "holder cleared and token raised with no break: Released, not Broken",
+			renewFollows: true,
+			old:          heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
+			lease:        ready(makeLease("", 9, 15, t0, t0)),
+			wantToken:    9,
+			wantHeld:     metav1.ConditionFalse,
+			wantReason:   locksv1alpha1.ReasonNotHeld,
+			wantReady:    metav1.ConditionTrue,
+			wantEvents:   []string{EventReleased},
 		},
 		{
-			name:       "a free lock broken: Broken",
-			old:        heldStatus("", 5, t0, t0, locksv1alpha1.ReasonNotHeld),
-			lease:      ready(brokenLease(makeLease("", 6, 15, t0, t0))),
-			wantToken:  6,
-			wantHeld:   metav1.ConditionFalse,
-			wantReason: locksv1alpha1.ReasonNotHeld,
-			wantReady:  metav1.ConditionTrue,
-			wantEvents: []string{EventBroken},
+			name:         "a free lock broken: Broken",
+			renewFollows: true,
+			old:          heldStatus("", 5, t0, t0, locksv1alpha1.ReasonNotHeld),
+			lease:        ready(brokenLease(makeLease("", 6, 15, t0, t0))),
+			wantToken:    6,
+			wantHeld:     metav1.ConditionFalse,
+			wantReason:   locksv1alpha1.ReasonNotHeld,
+			wantReady:    metav1.ConditionTrue,
+			wantEvents:   []string{EventBroken},
 		},
 		{
 			name:         "a new holder with a token already granted: InvalidGrant, not held",
+			renewFollows: true,
 			old:          heldStatus("a", 5, t0, t0, locksv1alpha1.ReasonHeld),
 			lease:        ready(makeLease("rogue", 5, 15, t0, t0)),
 			wantHolder:   "rogue",
@@ -243,15 +259,16 @@ func TestDeriveStatus(t *testing.T) {
 			wantExpireIn: 15 * time.Second,
 		},
 		{
-			name:        "a revoked candidate grant: Revoked, not held, no event from status",
-			old:         heldStatus("web-0_u", 5, t0, t0, locksv1alpha1.ReasonHeld),
-			lease:       ready(revokedLease(makeLease("web-0_u", 5, 15, t0, t0.Add(time.Second)))),
-			wantHolder:  "web-0_u",
-			wantToken:   5,
-			wantHeld:    metav1.ConditionFalse,
-			wantReason:  locksv1alpha1.ReasonRevoked,
-			wantReady:   metav1.ConditionTrue,
-			observedAgo: time.Second,
+			name:         "a revoked candidate grant: Revoked, not held, no event from status",
+			renewFollows: true,
+			old:          heldStatus("web-0_u", 5, t0, t0, locksv1alpha1.ReasonHeld),
+			lease:        ready(revokedLease(makeLease("web-0_u", 5, 15, t0, t0.Add(time.Second)))),
+			wantHolder:   "web-0_u",
+			wantToken:    5,
+			wantHeld:     metav1.ConditionFalse,
+			wantReason:   locksv1alpha1.ReasonRevoked,
+			wantReady:    metav1.ConditionTrue,
+			observedAgo:  time.Second,
 		},
 		{
 			name:       "token never decreases below the recorded one",
@@ -263,14 +280,15 @@ func TestDeriveStatus(t *testing.T) {
 			wantReady:  metav1.ConditionTrue,
 		},
 		{
-			name:       "token never below the highest seen in any Lease event (a hand edit wound it back)",
-			old:        heldStatus("", 4, t0, t0, locksv1alpha1.ReasonNotHeld),
-			lease:      ready(makeLease("", 3, 15, t0, t0)),
-			highWater:  6,
-			wantToken:  6,
-			wantHeld:   metav1.ConditionFalse,
-			wantReason: locksv1alpha1.ReasonNotHeld,
-			wantReady:  metav1.ConditionTrue,
+			name:         "token never below the highest seen in any Lease event (a hand edit wound it back)",
+			renewFollows: true,
+			old:          heldStatus("", 4, t0, t0, locksv1alpha1.ReasonNotHeld),
+			lease:        ready(makeLease("", 3, 15, t0, t0)),
+			highWater:    6,
+			wantToken:    6,
+			wantHeld:     metav1.ConditionFalse,
+			wantReason:   locksv1alpha1.ReasonNotHeld,
+			wantReady:    metav1.ConditionTrue,
 		},
 		{
 			name:       "lease missing: holder cleared, token kept, not ready",
@@ -305,6 +323,7 @@ func TestDeriveStatus(t *testing.T) {
 		},
 		{
 			name:         "renewal after the lease lapsed: Renewed warning",
+			renewFollows: true,
 			old:          heldStatus("a", 5, t0, t0.Add(5*time.Second), locksv1alpha1.ReasonExpired),
 			lease:        ready(makeLease("a", 5, 15, t0, t0.Add(30*time.Second))),
 			wantHolder:   "a",
@@ -370,13 +389,11 @@ func TestDeriveStatus(t *testing.T) {
 			if res.expiresIn != tc.wantExpireIn {
 				t.Errorf("expiresIn = %s, want %s", res.expiresIn, tc.wantExpireIn)
 			}
-			// renewTime follows the record only when the status changes
-			// for another reason.
 			wantRenew := tc.old.RenewTime
 			switch {
 			case tc.lease.lease == nil:
 				wantRenew = nil
-			case statusChanged(tc.old, st):
+			case tc.renewFollows:
 				wantRenew = tc.lease.lease.Spec.RenewTime
 			}
 			if !st.RenewTime.Equal(wantRenew) {
