@@ -368,7 +368,7 @@ func (ha *haControlPlane) killEtcdLeader(t *testing.T, r *runState, i int) {
 		}
 	}
 	t.Logf("SIGKILLed etcd leader %s while %s held token %d (%d workers still working); the two left took writes again after %s",
-		m.name, r.workers[holder].name, token, working, time.Since(start).Round(time.Millisecond))
+		m.name, r.workers[holder].Name, token, working, time.Since(start).Round(time.Millisecond))
 }
 
 // restartEtcdMember starts member i again on its data and waits until it

@@ -8,7 +8,6 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -17,8 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,7 +52,7 @@ type cluster struct {
 	cfg            *rest.Config
 	k8sClient      client.Client
 	clientset      kubernetes.Interface
-	managers       [2]*process
+	managers       [2]*testutil.Process
 }
 
 // newCluster builds the clients for the kubeconfig and starts the managers.
@@ -84,7 +81,7 @@ func newCluster(name, kubeconfig string) (*cluster, error) {
 func (c *cluster) stopManagers() {
 	for _, p := range c.managers {
 		if p != nil {
-			p.kill()
+			p.Kill()
 		}
 	}
 }
@@ -133,61 +130,12 @@ func run(m *testing.M) int {
 
 // startManager runs replica i of the real manager binary, with leader
 // election tuned so a standby takes over within a few seconds.
-func (c *cluster) startManager(i int) (*process, error) {
-	return startProcess(fmt.Sprintf("%s-manager-%d", c.name, i), []string{managerBinary,
+func (c *cluster) startManager(i int) (*testutil.Process, error) {
+	return testutil.StartProcess(fmt.Sprintf("%s-manager-%d", c.name, i), []string{managerBinary,
 		"--kubeconfig", c.kubeconfigPath, "--leader-elect", "--leader-election-namespace", "default",
 		"--leader-election-id", "frontdesk-chaos", "--leader-election-lease-duration", "4s",
 		"--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "500ms",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, nil, io.Discard)
-}
-
-// process is a child process and the lines it printed.
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-
-	mu    sync.Mutex
-	lines []string
-}
-
-func startProcess(name string, argv, env []string, stderr io.Writer) (*process, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.lines = append(p.lines, sc.Text())
-			p.mu.Unlock()
-		}
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *process) output() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.lines...)
-}
-
-func (p *process) signal(sig syscall.Signal) { _ = p.cmd.Process.Signal(sig) }
-
-func (p *process) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	_ = p.cmd.Process.Kill()
-	<-p.done
 }
 
 // scenario is one fault-injection run.
@@ -222,7 +170,7 @@ type runState struct {
 	ns      string
 	lock    string
 	ledger  *ledger
-	workers []*process
+	workers []*testutil.Process
 	specs   []workerSpec
 	proxies []*proxy
 	history *testutil.LeaseHistory
@@ -267,7 +215,7 @@ func (r *runState) holderWorker() (int, int64) {
 	}
 	name := locksv1alpha1.PodNameOf(*lease.Spec.HolderIdentity)
 	for i, w := range r.workers {
-		if w.name == name {
+		if w.Name == name {
 			return i, int64(*lease.Spec.LeaseTransitions)
 		}
 	}
@@ -297,7 +245,7 @@ func poll(timeout time.Duration, cond func() bool) bool {
 
 // finished reports whether worker i has made all its increments.
 func (r *runState) finished(i int) bool {
-	for _, ev := range parseEvents(i, r.workers[i].output()) {
+	for _, ev := range parseEvents(i, r.workers[i].Output()) {
 		if ev.kind == "done" {
 			return true
 		}

@@ -30,7 +30,7 @@ func TestLockDeletedAndRecreatedUnderAFrozenHolder(t *testing.T) {
 				var frozen int
 				var token int64
 				waitFor(t, time.Minute, "a holder", func() bool { frozen, token = r.holderWorker(); return frozen >= 0 })
-				r.workers[frozen].signal(syscall.SIGSTOP)
+				r.workers[frozen].Signal(syscall.SIGSTOP)
 				old := &locksv1alpha1.DistributedLock{}
 				if err := r.c.k8sClient.Get(ctx, key, old); err != nil {
 					t.Fatal(err)
@@ -48,9 +48,9 @@ func TestLockDeletedAndRecreatedUnderAFrozenHolder(t *testing.T) {
 					t.Fatal(err)
 				}
 				waitFor(t, time.Minute, "a grant on the new lock", func() bool { _, tok := r.holderWorker(); return tok > token })
-				r.workers[frozen].signal(syscall.SIGCONT)
+				r.workers[frozen].Signal(syscall.SIGCONT)
 				t.Logf("round %d: froze %s holding token %d, deleted the lock (gone after %s), created it again; the next grant went on from there",
-					round, r.workers[frozen].name, token, gone.Round(time.Millisecond))
+					round, r.workers[frozen].Name, token, gone.Round(time.Millisecond))
 			}
 		}})
 }

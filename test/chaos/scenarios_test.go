@@ -19,6 +19,7 @@ import (
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 // size picks the short (CI) or long (make chaos) count.
@@ -36,10 +37,10 @@ func TestHolderFrozenPastItsLease(t *testing.T) {
 				var frozen int
 				var token int64
 				waitFor(t, time.Minute, "a holder", func() bool { frozen, token = r.holderWorker(); return frozen >= 0 })
-				r.workers[frozen].signal(syscall.SIGSTOP)
+				r.workers[frozen].Signal(syscall.SIGSTOP)
 				waitFor(t, time.Minute, "a takeover", func() bool { _, tok := r.holderWorker(); return tok > token })
-				r.workers[frozen].signal(syscall.SIGCONT)
-				t.Logf("froze %s holding token %d until the lock passed on", r.workers[frozen].name, token)
+				r.workers[frozen].Signal(syscall.SIGCONT)
+				t.Logf("froze %s holding token %d until the lock passed on", r.workers[frozen].Name, token)
 			}
 		}})
 }
@@ -50,7 +51,7 @@ func TestManagerKilledStandbyTakesOver(t *testing.T) {
 			for i := range size(2, 6) {
 				time.Sleep(time.Second) // let the workers make progress between kills
 				m := i % len(r.c.managers)
-				r.c.managers[m].kill()
+				r.c.managers[m].Kill()
 				var err error
 				if r.c.managers[m], err = r.c.startManager(m); err != nil {
 					t.Fatal(err)
@@ -133,7 +134,7 @@ func checkGaveUpFirst(t *testing.T, r *runState, cut int, token int64, how strin
 		return ev.acquiredAt != 0 && ev.lostAt != 0
 	})
 	ev := lossAndNextGrant(r, cut, token)
-	name := r.workers[cut].name
+	name := r.workers[cut].Name
 	switch {
 	case ev.acquiredAt == 0:
 		t.Logf("%s cut off (%s) as the Lease granted it token %d; the answer never reached it, so it never held it", name, how, token)
@@ -162,7 +163,7 @@ type grantEnd struct {
 // lossAndNextGrant reads the workers' lines for worker cut's grant of token.
 func lossAndNextGrant(r *runState, cut int, token int64) grantEnd {
 	var ev grantEnd
-	for _, e := range parseEvents(cut, r.workers[cut].output()) {
+	for _, e := range parseEvents(cut, r.workers[cut].Output()) {
 		switch {
 		case e.kind == "acquire" && e.token == token:
 			ev.acquiredAt = e.ret
@@ -171,7 +172,7 @@ func lossAndNextGrant(r *runState, cut int, token int64) grantEnd {
 		}
 	}
 	for i, w := range r.workers {
-		for _, e := range parseEvents(i, w.output()) {
+		for _, e := range parseEvents(i, w.Output()) {
 			if e.kind == "acquire" && e.token > token && (ev.grantedAt == 0 || e.ret < ev.grantedAt) {
 				ev.grantedAt = e.ret
 			}
@@ -214,7 +215,7 @@ func runScenario(t *testing.T, sc scenario) {
 			sc.tune(t, r, i, &spec)
 		}
 		r.specs = append(r.specs, spec)
-		w, err := startProcess(fmt.Sprintf("worker-%d", i), []string{os.Args[0],
+		w, err := testutil.StartProcess(fmt.Sprintf("worker-%d", i), []string{os.Args[0],
 			"--kubeconfig", spec.kubeconfig, "--namespace", ns, "--lock", lockName, "--url", r.ledger.srv.URL,
 			"--increments", fmt.Sprint(spec.increments), "--per-grant", fmt.Sprint(sc.perGrant), "--hold", spec.hold.String()},
 			[]string{workerEnv + "=1", "POD_NAME=" + fmt.Sprintf("worker-%d", i)}, os.Stderr)
@@ -222,15 +223,15 @@ func runScenario(t *testing.T, sc scenario) {
 			t.Fatal(err)
 		}
 		r.workers = append(r.workers, w)
-		defer w.kill()
+		defer w.Kill()
 	}
 
 	sc.inject(t, r)
 	for _, w := range r.workers {
 		select {
-		case <-w.done:
+		case <-w.Done:
 		case <-time.After(3 * time.Minute):
-			t.Fatalf("%s did not finish: %s", w.name, strings.Join(w.output(), "\n"))
+			t.Fatalf("%s did not finish: %s", w.Name, strings.Join(w.Output(), "\n"))
 		}
 	}
 	checkLedger(t, r, sc)
@@ -250,7 +251,7 @@ func checkLedger(t *testing.T, r *runState, sc scenario) {
 	}
 	total := 0
 	for _, w := range r.workers {
-		for _, ev := range parseEvents(0, w.output()) {
+		for _, ev := range parseEvents(0, w.Output()) {
 			if ev.kind == "done" {
 				total += ev.acceptedDone
 			}
@@ -284,14 +285,14 @@ func checkGrants(t *testing.T, r *runState) {
 	var ops []porcupine.Operation
 	seen := map[int64]string{}
 	for i, w := range r.workers {
-		for _, ev := range parseEvents(i, w.output()) {
+		for _, ev := range parseEvents(i, w.Output()) {
 			if ev.kind != "acquire" {
 				continue
 			}
 			if other, dup := seen[ev.token]; dup {
-				t.Errorf("token %d granted to both %s and %s", ev.token, other, w.name)
+				t.Errorf("token %d granted to both %s and %s", ev.token, other, w.Name)
 			}
-			seen[ev.token] = w.name
+			seen[ev.token] = w.Name
 			ops = append(ops, porcupine.Operation{ClientId: i, Input: "acquire", Call: ev.call, Output: ev.token, Return: ev.ret})
 		}
 	}

@@ -495,9 +495,9 @@ func TestFrozenProcessIsFencedAfterResume(t *testing.T) {
 
 	frozen := startWorker(t, ns, "billing", "frozen-worker", srv.URL)
 	eventually(t, 20*time.Second, func(g Gomega) {
-		g.Expect(len(frozen.linesWith("write ok"))).To(BeNumerically(">=", 3), frozen.output())
+		g.Expect(len(frozen.LinesWith("write ok"))).To(BeNumerically(">=", 3), strings.Join(frozen.Output(), "\n"))
 	})
-	g.Expect(frozen.cmd.Process.Signal(syscall.SIGSTOP)).To(Succeed())
+	frozen.Signal(syscall.SIGSTOP)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -506,19 +506,19 @@ func TestFrozenProcessIsFencedAfterResume(t *testing.T) {
 	defer successor.Release(context.Background())
 	g.Expect(guard.Fence(ctx, "billing", successor.Token(), func(context.Context) error { return nil })).To(Succeed())
 
-	g.Expect(frozen.cmd.Process.Signal(syscall.SIGCONT)).To(Succeed())
+	frozen.Signal(syscall.SIGCONT)
 	eventually(t, 10*time.Second, func(g Gomega) {
-		g.Expect(frozen.linesWith("write rejected 409")).NotTo(BeEmpty(), frozen.output())
-		g.Expect(frozen.linesWith("lost:")).NotTo(BeEmpty(), frozen.output())
+		g.Expect(frozen.LinesWith("write rejected 409")).NotTo(BeEmpty(), strings.Join(frozen.Output(), "\n"))
+		g.Expect(frozen.LinesWith("lost:")).NotTo(BeEmpty(), strings.Join(frozen.Output(), "\n"))
 	})
-	rejected := frozen.linesWith("write rejected")[0]
+	rejected := frozen.LinesWith("write rejected")[0]
 	g.Expect(rejected).To(ContainSubstring(fmt.Sprintf(`"currentToken":%d`, successor.Token())))
-	g.Expect(frozen.linesWith("lost:")[0]).To(ContainSubstring("lock lease lost"))
+	g.Expect(frozen.LinesWith("lost:")[0]).To(ContainSubstring("lock lease lost"))
 
 	mu.Lock()
 	defer mu.Unlock()
 	for i := 1; i < len(accepted); i++ {
 		g.Expect(accepted[i]).To(BeNumerically(">=", accepted[i-1]), "the resource accepted token %d after %d", accepted[i], accepted[i-1])
 	}
-	t.Logf("frozen worker: %s", strings.Join(frozen.linesWith("acquired"), ","))
+	t.Logf("frozen worker: %s", strings.Join(frozen.LinesWith("acquired"), ","))
 }

@@ -1,16 +1,13 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -71,57 +68,15 @@ func runWorker() int {
 	return 0
 }
 
-// worker is a running worker process and the lines it printed.
-type worker struct {
-	cmd   *exec.Cmd
-	mu    sync.Mutex
-	lines []string
-}
-
-func startWorker(t *testing.T, namespace, lockName, identity, url string) *worker {
+// startWorker runs a worker process (runWorker) for lockName under
+// identity, writing to url; it is killed when the test ends.
+func startWorker(t *testing.T, namespace, lockName, identity, url string) *testutil.Process {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "--kubeconfig", kubeconfigPath, "--namespace", namespace,
-		"--lock", lockName, "--identity", identity, "--url", url)
-	cmd.Env = append(os.Environ(), workerEnv+"=1")
-	out, err := cmd.StdoutPipe()
+	p, err := testutil.StartProcess(identity, []string{os.Args[0], "--kubeconfig", kubeconfigPath, "--namespace", namespace,
+		"--lock", lockName, "--identity", identity, "--url", url}, []string{workerEnv + "=1"}, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w := &worker{cmd: cmd}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			w.mu.Lock()
-			w.lines = append(w.lines, sc.Text())
-			w.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	return w
-}
-
-// linesWith returns the printed lines that start with prefix.
-func (w *worker) linesWith(prefix string) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []string
-	for _, l := range w.lines {
-		if strings.HasPrefix(l, prefix) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-func (w *worker) output() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.Join(w.lines, "\n")
+	t.Cleanup(p.Kill)
+	return p
 }
