@@ -187,7 +187,9 @@ func (a *admissionRun) createPod(ctx context.Context) error {
 	return nil
 }
 
-// succeed reports the pod Succeeded, as its kubelet would.
+// succeed reports the pod Succeeded, as its kubelet would: every container
+// terminated, exit code 0 (the controller ends the grant at once only on
+// that proof).
 func (a *admissionRun) succeed(ctx context.Context, name string) error {
 	pods := a.cs.CoreV1().Pods(namespace)
 	pod, err := pods.Get(ctx, name, metav1.GetOptions{})
@@ -195,6 +197,13 @@ func (a *admissionRun) succeed(ctx context.Context, name string) error {
 		return fmt.Errorf("reading pod %s: %w", name, err)
 	}
 	pod.Status.Phase = corev1.PodSucceeded
+	pod.Status.ContainerStatuses = nil
+	for _, c := range pod.Spec.Containers {
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: metav1.Now()}},
+		})
+	}
 	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("reporting pod %s Succeeded: %w", name, err)
 	}
