@@ -14,7 +14,7 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "locks.frontdesk.dev", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the API types with a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion} //nolint:staticcheck // SA1019: replacing it changes the exported SchemeBuilder's type; kubebuilder still scaffolds it
 
 	// AddToScheme adds the API types to a runtime.Scheme.
 	AddToScheme = SchemeBuilder.AddToScheme

@@ -29,7 +29,7 @@ func PodUIDOf(identity string) string {
 // MayHold reports whether a pod with the given annotations opted in to
 // being marked as the holder of lockName (MayHoldAnnotation).
 func MayHold(podAnnotations map[string]string, lockName string) bool {
-	for _, name := range strings.Split(podAnnotations[MayHoldAnnotation], ",") {
+	for name := range strings.SplitSeq(podAnnotations[MayHoldAnnotation], ",") {
 		if name = strings.TrimSpace(name); name == "*" || name == lockName {
 			return true
 		}

@@ -65,7 +65,7 @@ func main() {
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "frontdesk-demo: finding own binary for the workers:", err)
-		os.Exit(1)
+		os.Exit(1) //nolint:gocritic // exitAfterDefer: a failed run leaves its temporary kubeconfig, as it always has
 	}
 	opts.WorkerCommand = []string{self, "worker"}
 

@@ -39,13 +39,13 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(os.Stderr)))
 	opts.SamplePaths = strings.Split(samples, ",")
 
-	// Caught until main returns, so a second Ctrl-C cannot cut the cleanup
+	// Caught until Run returns, so a second Ctrl-C cannot cut the cleanup
 	// short.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
-	if err := localrun.Run(ctx, opts, os.Stdout); err != nil {
+	err := localrun.Run(ctx, opts, os.Stdout)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "frontdesk-local:", err)
-		stop()
 		os.Exit(1)
 	}
 }

@@ -259,7 +259,7 @@ func templateDeployment(text string, raw []byte) (string, any, error) {
 		} `json:"spec"`
 	}
 	if err := yaml.Unmarshal(raw, &d); err != nil || len(d.Spec.Template.Spec.Containers) != 1 {
-		return "", nil, fmt.Errorf("the manager's Deployment: want one container (%v)", err)
+		return "", nil, fmt.Errorf("the manager's Deployment: want one container (%v)", err) //nolint:errorlint // err is nil when the count is wrong; %w would print %!w(<nil>)
 	}
 	subs := []struct{ re, with string }{
 		{`(?m)^  replicas: 2$`, `  replicas: {{ .Values.replicas }}`},

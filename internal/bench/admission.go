@@ -53,7 +53,7 @@ func RunAdmission(ctx context.Context, opts AdmissionOptions, out io.Writer) ([]
 	if err != nil {
 		return nil, err
 	}
-	defer env.Stop()
+	defer func() { _ = env.Stop() }()
 	cs, err := kubernetes.NewForConfig(env.ControlPlane.Config)
 	if err != nil {
 		return nil, fmt.Errorf("creating client: %w", err)
@@ -160,9 +160,9 @@ func writesBetween(before, after requestCounts) usage3 {
 			continue
 		}
 		switch {
-		case resource == "leases":
+		case resource == leasesResource:
 			u.lease += delta
-		case resource == "pods" && subresource == "":
+		case resource == podsResource && subresource == "":
 			u.pod += delta
 		case resource == "distributedlocks" && subresource == "status":
 			u.status += delta

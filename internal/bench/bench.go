@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"k8s.io/client-go/dynamic"
 	"runtime"
 	"slices"
 	"sync"
@@ -21,9 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
-	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/internal/localrun"
@@ -107,7 +106,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, []WritesRow, 
 	if err != nil {
 		return nil, nil, err
 	}
-	defer env.Stop()
+	defer func() { _ = env.Stop() }()
 	cfg := env.ControlPlane.Config
 	// Protobuf for the built-in types, as lock.New uses: the raw CAS and
 	// the library are measured on the same encoding.
@@ -217,7 +216,7 @@ func measureWrites(ctx context.Context, cs kubernetes.Interface, env *localrun.E
 	}
 	for _, n := range opts.Crowds {
 		name := fmt.Sprintf("crowd-%d", n)
-		row, err := measureCrowdWrites(ctx, cs, func(id string) (*lock.Client, error) { return newClient(cs, env, name, id) }, name, n)
+		row, err := measureCrowdWrites(ctx, cs, func(id string) (*lock.Client, error) { return newClient(cs, env, name, id) }, n)
 		if err != nil {
 			return rows, fmt.Errorf("counting the writes of a crowd of %d: %w", n, err)
 		}
@@ -254,7 +253,7 @@ func measureRawCAS(ctx context.Context, cs kubernetes.Interface, name string, n,
 	samples := make([]time.Duration, 0, n)
 	for i := range n + n/10 {
 		time.Sleep(pause)
-		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		l.Spec.RenewTime = new(metav1.NewMicroTime(time.Now()))
 		start := time.Now()
 		updated, err := leases.Update(ctx, l, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) && queued > 0 {
@@ -329,7 +328,7 @@ func measureUncontended(ctx context.Context, cs kubernetes.Interface, env *local
 	}
 	acq, rel, both, cas := make([]time.Duration, 0, n), make([]time.Duration, 0, n), make([]time.Duration, 0, n), make([]time.Duration, 0, n)
 	for i := range n + n/10 {
-		raw.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		raw.Spec.RenewTime = new(metav1.NewMicroTime(time.Now()))
 		casStart := time.Now()
 		if raw, err = leases.Update(ctx, raw, metav1.UpdateOptions{}); err != nil {
 			return nil, fmt.Errorf("raw CAS update: %w", err)
@@ -512,7 +511,7 @@ func printTable(out io.Writer, rows []Row, opts Options, raw, paused Row) {
 	fmt.Fprintf(out, "frontdesk bench: %d CPUs, %s, lease %ds, lease guard policy %s, local etcd + kube-apiserver + manager in one process tree\n\n",
 		runtime.NumCPU(), runtime.Version(), opts.LeaseDurationSeconds, guard)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintf(w, "operation\tn\tp50\tp99\tp50 / raw CAS p50\tp50 / raw CAS p50 after %s\t\n", handoffHold)
+	fmt.Fprintf(w, "operation\tn\tp50\tp99\tp50 / raw CAS p50\tp50 / raw CAS p50 after %s\t\n", handoffHold) //nolint:dupword // adjacent columns are both p50s
 	for _, r := range rows {
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%.2fx\t%.2fx\t\n", r.Name, len(r.Samples), ms(r.Percentile(50)), ms(r.Percentile(99)),
 			float64(r.Percentile(50))/float64(raw.Percentile(50)), float64(r.Percentile(50))/float64(paused.Percentile(50)))

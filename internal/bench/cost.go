@@ -94,7 +94,7 @@ func RunCost(ctx context.Context, opts CostOptions, out io.Writer) ([]CostRow, e
 	if err != nil {
 		return nil, err
 	}
-	defer cp.Stop()
+	defer func() { _ = cp.Stop() }()
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -191,7 +191,7 @@ func measureCost(ctx context.Context, c client.WithWatch, cs kubernetes.Interfac
 	}
 	return CostRow{Locks: n, Setup: setup, CatchUp: drained, RSSBytes: rss, PeakRSSBytes: peak, Lag: lag.row,
 		Renewals: lag.renewals, Grants: lag.grants, StatusWrites: lag.statusWrites,
-		LeaseEvents: eventsAfter["leases"] - eventsBefore["leases"], PodEvents: eventsAfter["pods"] - eventsBefore["pods"],
+		LeaseEvents: eventsAfter[leasesResource] - eventsBefore[leasesResource], PodEvents: eventsAfter[podsResource] - eventsBefore[podsResource],
 		ForeignLeaseWrites: foreign.leases, PodWrites: foreign.pods}, nil
 }
 
@@ -280,8 +280,8 @@ func grantWhenReady(ctx context.Context, cs kubernetes.Interface, ns, name strin
 		l, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
 			now := metav1.NewMicroTime(time.Now())
-			l.Spec.HolderIdentity = ptr.To("cost-holder")
-			l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+			l.Spec.HolderIdentity = new("cost-holder")
+			l.Spec.LeaseTransitions = new(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 			l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
 			if _, err = cs.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{}); err == nil {
 				return nil
@@ -351,8 +351,8 @@ func renewAndMeasureLag(ctx context.Context, c client.WithWatch, cs kubernetes.I
 			now := metav1.NewMicroTime(time.Now())
 			l.Spec.RenewTime = &now
 			if grant {
-				l.Spec.HolderIdentity = ptr.To(fmt.Sprintf("cost-holder-%d", i))
-				l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+				l.Spec.HolderIdentity = new(fmt.Sprintf("cost-holder-%d", i))
+				l.Spec.LeaseTransitions = new(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 				l.Spec.AcquireTime = &now
 			}
 			updated, err := cs.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
@@ -422,7 +422,7 @@ func processRSS(pid int) (int64, int64, error) {
 		return 0, 0, err
 	}
 	var rss, peak int64
-	for _, line := range strings.Split(string(b), "\n") {
+	for line := range strings.SplitSeq(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 {
 			continue

@@ -40,7 +40,7 @@ func createForeignLeases(ctx context.Context, cs kubernetes.Interface, n int) er
 		now := metav1.NewMicroTime(time.Now())
 		_, err := cs.CoordinationV1().Leases(foreignNamespace).Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: new(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("creating foreign lease %s: %w", name, err)
@@ -135,14 +135,20 @@ func readWatchEvents(ctx context.Context, cs kubernetes.Interface) (map[string]f
 	return events, err
 }
 
+// Resources as the apiserver's metrics name them.
+const (
+	leasesResource = "leases"
+	podsResource   = "pods"
+)
+
 // resourceOf names a watch-event label value by resource: older apiservers
 // label by kind ("Lease"), newer by resource ("leases").
 func resourceOf(v string) string {
 	switch strings.ToLower(v) {
-	case "lease", "leases":
-		return "leases"
-	case "pod", "pods":
-		return "pods"
+	case "lease", leasesResource:
+		return leasesResource
+	case "pod", podsResource:
+		return podsResource
 	}
 	return strings.ToLower(v)
 }

@@ -90,8 +90,8 @@ func (c *rawCASClient) acquire(ctx context.Context, key string) (int64, func(con
 	if err != nil {
 		return 0, nil, err
 	}
-	l.Spec.HolderIdentity = ptr.To(c.id)
-	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+	l.Spec.HolderIdentity = new(c.id)
+	l.Spec.LeaseTransitions = new(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 	held, err := leases.Update(ctx, l, metav1.UpdateOptions{})
 	if err != nil {
 		return 0, nil, err

@@ -75,7 +75,7 @@ func RunPeers(ctx context.Context, opts PeersOptions, out io.Writer) ([]PeerRow,
 	if err != nil {
 		return nil, err
 	}
-	defer env.Stop()
+	defer func() { _ = env.Stop() }()
 	cs, err := kubernetes.NewForConfig(lock.ProtobufConfig(env.ControlPlane.Config))
 	if err != nil {
 		return nil, err
@@ -357,7 +357,7 @@ func failoverOnce(ctx context.Context, sys lockSystem, key string, opts PeersOpt
 	defer func() { _ = holder.Process.Kill(); _ = holder.Wait() }()
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "held") {
-		return 0, fmt.Errorf("holder did not take the lock: %q %v", line, err)
+		return 0, fmt.Errorf("holder did not take the lock: %q %v", line, err) //nolint:errorlint // err is nil when the line is wrong; %w would print %!w(<nil>)
 	}
 	c, err := sys.newClient("failover-waiter")
 	if err != nil {
@@ -474,12 +474,13 @@ func startRedis(dir string) (string, func(), error) {
 func printPeers(out io.Writer, rows []PeerRow, opts PeersOptions) {
 	fmt.Fprintf(out, "\npeers, one run, TTL %s for every system (ops/s: acquire+release per second in all)\n\n", opts.TTL)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	header := "system\tacq+rel p50\tp99\t"
+	var header strings.Builder
+	header.WriteString("system\tacq+rel p50\tp99\t")
 	for _, n := range opts.Locks {
-		header += fmt.Sprintf("%d locks\t", n)
+		fmt.Fprintf(&header, "%d locks\t", n)
 	}
-	header += "handoff(10) p50\tp99\tfailover p50\tp99\tmax\tn\tnote\t"
-	fmt.Fprintln(w, header)
+	header.WriteString("handoff(10) p50\tp99\tfailover p50\tp99\tmax\tn\tnote\t")
+	fmt.Fprintln(w, header.String())
 	dash := func(r Row, p float64) string {
 		if len(r.Samples) == 0 {
 			return "-"
@@ -487,17 +488,18 @@ func printPeers(out io.Writer, rows []PeerRow, opts PeersOptions) {
 		return ms(r.Percentile(p))
 	}
 	for _, r := range rows {
-		line := fmt.Sprintf("%s\t%s\t%s\t", r.System, dash(r.Uncontend, 50), dash(r.Uncontend, 99))
+		var line strings.Builder
+		fmt.Fprintf(&line, "%s\t%s\t%s\t", r.System, dash(r.Uncontend, 50), dash(r.Uncontend, 99))
 		for _, n := range opts.Locks {
 			if v, ok := r.Throughput[n]; ok {
-				line += fmt.Sprintf("%.0f/s\t", v)
+				fmt.Fprintf(&line, "%.0f/s\t", v)
 			} else {
-				line += "-\t"
+				line.WriteString("-\t")
 			}
 		}
-		line += fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s\t", dash(r.Handoff, 50), dash(r.Handoff, 99),
+		fmt.Fprintf(&line, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t", dash(r.Handoff, 50), dash(r.Handoff, 99),
 			dash(r.Failover, 50), dash(r.Failover, 99), dash(r.Failover, 100), len(r.Failover.Samples), r.Note)
-		fmt.Fprintln(w, line)
+		fmt.Fprintln(w, line.String())
 	}
 	_ = w.Flush()
 }
@@ -517,7 +519,7 @@ func RunFailover(ctx context.Context, opts PeersOptions, out io.Writer) (Row, er
 	if err != nil {
 		return Row{}, err
 	}
-	defer env.Stop()
+	defer func() { _ = env.Stop() }()
 	cs, err := kubernetes.NewForConfig(lock.ProtobufConfig(env.ControlPlane.Config))
 	if err != nil {
 		return Row{}, err

@@ -86,7 +86,7 @@ func scrapeCounter(ctx context.Context, cs kubernetes.Interface, name string, ea
 			continue
 		}
 		labels := map[string]string{}
-		for _, pair := range strings.Split(line[len(prefix):end], ",") {
+		for pair := range strings.SplitSeq(line[len(prefix):end], ",") {
 			if k, v, ok := strings.Cut(pair, "="); ok {
 				labels[k] = strings.Trim(v, `"`)
 			}
@@ -125,7 +125,7 @@ func takeSnapshot(ctx context.Context, cs kubernetes.Interface) (snapshot, error
 	if err != nil {
 		return snapshot{}, err
 	}
-	return snapshot{requests: requests, leaseEvents: events["leases"]}, nil
+	return snapshot{requests: requests, leaseEvents: events[leasesResource]}, nil
 }
 
 // usageSince is what the apiserver served from before to after.
@@ -140,15 +140,15 @@ func usageSince(before, after snapshot) usage {
 		read := verb == "GET" || verb == "LIST"
 		ok := strings.HasPrefix(code, "2")
 		switch {
-		case resource == "leases" && write && ok:
+		case resource == leasesResource && write && ok:
 			u.leaseWrites += delta
-		case resource == "leases" && write && (code == "409" || code == "422"):
+		case resource == leasesResource && write && (code == "409" || code == "422"):
 			// A 409 is an Update whose resourceVersion moved; a 422 a patch
 			// whose tests failed: both are writes that lost a race.
 			u.conflicts += delta
 		case resource == "distributedlocks" && subresource == "status" && write && ok:
 			u.statusWrites += delta
-		case resource == "leases" && read:
+		case resource == leasesResource && read:
 			u.leaseReads += delta
 		case resource == "distributedlocks" && read:
 			u.lockReads += delta
@@ -182,7 +182,7 @@ func measureRenewalWrites(ctx context.Context, cs kubernetes.Interface, newClien
 	if err != nil {
 		return WritesRow{}, err
 	}
-	defer g.Release(context.Background())
+	defer func() { _ = g.Release(context.Background()) }()
 	time.Sleep(time.Second) // the grant's own writes and status settle before counting
 	waitQuiet(ctx, cs, name)
 	renewals := func() float64 { return counterValue(reg, "frontdesk_client_renewals_total") }
@@ -304,12 +304,12 @@ func measureGrantWrites(ctx context.Context, cs kubernetes.Interface, newClient 
 const holdForWrites = 150 * time.Millisecond
 
 // measureCrowdWrites counts what the grants of a crowd cost: n clients
-// start Acquire on lock name at the same moment, and each holds the lock
+// (all for one lock) start Acquire at the same moment, and each holds the lock
 // for a moment and releases it. Every Lease write the apiserver took
 // during the whole episode, the lost races (409s, 422s) included, is
 // divided by the n grants.
 func measureCrowdWrites(ctx context.Context, cs kubernetes.Interface, newClient func(identity string) (*lock.Client, error),
-	name string, n int) (WritesRow, error) {
+	n int) (WritesRow, error) {
 	crowd := make([]*lock.Client, n)
 	for i := range crowd {
 		var err error

@@ -3,7 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -104,7 +104,7 @@ func describe(out io.Writer, v *lockView, events []corev1.Event, now time.Time) 
 		return err
 	}
 
-	sort.Slice(events, func(i, j int) bool { return eventTime(&events[i]).Before(eventTime(&events[j])) })
+	slices.SortFunc(events, func(a, b corev1.Event) int { return eventTime(&a).Compare(eventTime(&b)) })
 	if len(events) > describeEvents {
 		events = events[len(events)-describeEvents:]
 	}

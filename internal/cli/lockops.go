@@ -63,7 +63,7 @@ under an identity nobody saw.`,
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				if relErr := g.Release(ctx); relErr != nil {
-					return fmt.Errorf("printing the grant of %s failed (%v), and releasing it failed too: %w; it is held by %s with fencing token %d until its lease lapses",
+					return fmt.Errorf("printing the grant of %s failed (%w), and releasing it failed too: %w; it is held by %s with fencing token %d until its lease lapses",
 						info.Lock, err, relErr, info.Holder, info.FencingToken)
 				}
 				return fmt.Errorf("printing the grant of %s failed, so it was released again: %w", info.Lock, err)

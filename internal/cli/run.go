@@ -166,15 +166,13 @@ func lookCommand(name string) (string, error) {
 		return "", &ExitError{Code: ExitCommandNotFound, Err: fmt.Errorf("%s: command not found (nothing acquired)", name)}
 	}
 	cause := err
-	var execErr *exec.Error
-	if errors.As(err, &execErr) {
+	if execErr, ok := errors.AsType[*exec.Error](err); ok {
 		cause = execErr.Err
 	}
-	var pathErr *fs.PathError
-	if errors.As(cause, &pathErr) {
+	if pathErr, ok := errors.AsType[*fs.PathError](cause); ok {
 		cause = pathErr.Err
 	}
-	return "", &ExitError{Code: ExitCommandNotExecutable, Err: fmt.Errorf("%s: cannot execute: %v (nothing acquired)", name, cause)}
+	return "", &ExitError{Code: ExitCommandNotExecutable, Err: fmt.Errorf("%s: cannot execute: %w (nothing acquired)", name, cause)}
 }
 
 // acquireForRun tries once, and waits up to wait (saying so on stderr)

@@ -12,10 +12,10 @@ import (
 	"time"
 )
 
-// WatchdogArg, as the only argument, makes kubectl-dlock the watchdog of the
-// command that kubectl dlock run holds a lock for: a program that calls Main
-// must call RunWatchdog instead when started with it, as cmd/kubectl-dlock
-// does. It is not meant to be typed.
+// WatchdogArg is the argument that, as the only one, makes kubectl-dlock the
+// watchdog of the command that kubectl dlock run holds a lock for: a program
+// that calls Main must call RunWatchdog instead when started with it, as
+// cmd/kubectl-dlock does. It is not meant to be typed.
 const WatchdogArg = "__run-watchdog"
 
 // watchdogReady is what the watchdog writes once it ignores signals and
@@ -97,7 +97,7 @@ func (grp *processGroup) awaitReady(report *os.File, first time.Duration) error 
 	_ = report.SetReadDeadline(time.Now().Add(30 * time.Second))
 	buf := make([]byte, len(watchdogReady))
 	if _, err := io.ReadFull(report, buf); err != nil || string(buf) != watchdogReady {
-		return fmt.Errorf("it did not report ready: %v", err)
+		return fmt.Errorf("it did not report ready: %v", err) //nolint:errorlint // err is nil when the bytes are wrong; %w would print %!w(<nil>)
 	}
 	_ = report.SetReadDeadline(time.Time{})
 	return nil
@@ -144,8 +144,8 @@ func (grp *processGroup) expiredAfterReap() bool {
 // when the latest deadline read from stdin passes (saying so on stdout and
 // stderr first) or at EOF on stdin.
 func RunWatchdog() int {
-	ignored := []os.Signal{syscall.SIGPIPE, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}
-	signal.Ignore(append(ignored, forwardedSignals...)...)
+	ignored := append([]os.Signal{syscall.SIGPIPE, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}, forwardedSignals...)
+	signal.Ignore(ignored...)
 	if syscall.Getpgrp() != os.Getpid() {
 		// Run by hand: the group is not ours to kill.
 		fmt.Fprintln(os.Stderr, "kubectl-dlock: "+WatchdogArg+" is started by kubectl dlock run as the leader of its command's process group")

@@ -35,7 +35,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	defer env.Stop()
+	defer func() { _ = env.Stop() }()
 	cs, err := kubernetes.NewForConfig(env.ControlPlane.Config)
 	if err != nil {
 		return Result{}, fmt.Errorf("creating client: %w", err)

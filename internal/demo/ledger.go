@@ -116,7 +116,7 @@ func (l *Ledger) unbilled(w http.ResponseWriter, r *http.Request) {
 		}
 		ids = append(ids, id)
 	}
-	_ = json.NewEncoder(w).Encode(ids)
+	writeJSON(w, ids)
 }
 
 // charge records one charge. With fencing, the token check and the insert
@@ -197,7 +197,7 @@ func (l *Ledger) fencedWrite(w http.ResponseWriter, r *http.Request, customer in
 			customer, worker, token, stale.Current, l.sinceStart())
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusConflict)
-		_ = json.NewEncoder(w).Encode(fencing.StaleTokenResponse{Error: stale.Error(), Lock: stale.Lock, Token: stale.Token, CurrentToken: stale.Current})
+		writeJSON(w, fencing.StaleTokenResponse{Error: stale.Error(), Lock: stale.Lock, Token: stale.Token, CurrentToken: stale.Current})
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	default:
@@ -211,7 +211,7 @@ func (l *Ledger) isComplete(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	_ = json.NewEncoder(w).Encode(n > 0)
+	writeJSON(w, n > 0)
 }
 
 // stats serves Stats as JSON (for orchestrators outside the process).
@@ -221,7 +221,14 @@ func (l *Ledger) stats(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	_ = json.NewEncoder(w).Encode(st)
+	writeJSON(w, st)
+}
+
+// writeJSON answers v as JSON. The answers hold only strings, integers and
+// booleans, so an error is a failed write: the client is gone, and there is
+// no one left to tell.
+func writeJSON(w http.ResponseWriter, v any) {
+	_ = json.NewEncoder(w).Encode(v) //nolint:errchkjson // only the write can fail; see above
 }
 
 // Serve blocks until ctx ends, then closes the ledger.

@@ -16,17 +16,19 @@ func printReport(out io.Writer, opts Options, res Result) {
 	fmt.Fprintf(out, "\nRESULT: %d customers, %d workers, TTL %s, job ~%s, holder frozen at %.0f%% (counted from the ledger's database)\n\n",
 		opts.Customers, opts.Workers, opts.LeaseDuration, opts.JobDuration, 100*opts.PauseAt)
 	w := tabwriter.NewWriter(out, 0, 4, 3, ' ', tabwriter.AlignRight)
-	header := "\t"
+	var header strings.Builder
+	header.WriteString("\t")
 	for _, r := range res.Rounds {
-		header += fencingLabel(r.Fenced) + "\t"
+		header.WriteString(fencingLabel(r.Fenced) + "\t")
 	}
-	fmt.Fprintln(w, header)
+	fmt.Fprintln(w, header.String())
 	row := func(name string, value func(RoundResult) string) {
-		line := name + "\t"
+		var line strings.Builder
+		line.WriteString(name + "\t")
 		for _, r := range res.Rounds {
-			line += value(r) + "\t"
+			line.WriteString(value(r) + "\t")
 		}
-		fmt.Fprintln(w, line)
+		fmt.Fprintln(w, line.String())
 	}
 	row("customers", func(r RoundResult) string { return commas(r.Stats.Customers) })
 	row("charges recorded", func(r RoundResult) string { return commas(r.Stats.Charges) })

@@ -1,12 +1,13 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -155,14 +156,14 @@ func (r *round) drive(ctx context.Context, ledger *Ledger, workers []*workerProc
 					return nil, err
 				}
 				frozenToken = token
-				r.say("%s frozen (SIGSTOP) holding token %d after %d charges: its lease will lapse", frozen.name, token, n)
+				r.sayf("%s frozen (SIGSTOP) holding token %d after %d charges: its lease will lapse", frozen.name, token, n)
 			}
 		case frozen != nil && !thawed && token > frozenToken:
 			if err := frozen.thaw(); err != nil {
 				return nil, err
 			}
 			thawed = true
-			r.say("lease passed to %s with token %d; %s thawed (SIGCONT) and resumes where it was", lock.PodNameOf(holder), token, frozen.name)
+			r.sayf("lease passed to %s with token %d; %s thawed (SIGCONT) and resumes where it was", lock.PodNameOf(holder), token, frozen.name)
 		case thawed:
 			stats, err := ledger.Stats(ctx)
 			if err != nil {
@@ -228,12 +229,12 @@ func (r *round) progress(ctx context.Context, ledger *Ledger, workers []*workerP
 		states = append(states, strings.TrimPrefix(w.name, "worker-")+":"+state)
 	}
 	charged := stats.Customers - stats.NeverCharged
-	r.say("holder %s token %d | charged %d/%d (%d%%) dup %d rejected %d | %s",
+	r.sayf("holder %s token %d | charged %d/%d (%d%%) dup %d rejected %d | %s",
 		lock.PodNameOf(holder), token, charged, stats.Customers, 100*charged/max(stats.Customers, 1),
 		stats.Duplicates, stats.Rejected, strings.Join(states, " "))
 }
 
-func (r *round) say(format string, args ...any) {
+func (r *round) sayf(format string, args ...any) {
 	mode := "off"
 	if r.fenced {
 		mode = "on"
@@ -281,7 +282,7 @@ func (r *round) watchGrants(ctx context.Context) (func(), error) {
 				r.mu.Lock()
 				r.grants = append(r.grants, Grant{Token: token, Worker: holder, AtMS: time.Since(r.start).Milliseconds()})
 				r.mu.Unlock()
-				r.say("granted token %d to %s", token, lock.PodNameOf(holder))
+				r.sayf("granted token %d to %s", token, lock.PodNameOf(holder))
 			}
 			last = max(last, token)
 		}
@@ -301,6 +302,6 @@ func (r *round) kubectlGet(ctx context.Context) (string, error) {
 // sortedTokens orders per-token stats by token.
 func sortedTokens(ts []TokenStats) []TokenStats {
 	out := append([]TokenStats(nil), ts...)
-	sort.Slice(out, func(i, j int) bool { return out[i].Token < out[j].Token })
+	slices.SortFunc(out, func(a, b TokenStats) int { return cmp.Compare(a.Token, b.Token) })
 	return out
 }

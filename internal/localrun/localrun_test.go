@@ -53,7 +53,7 @@ func binaries(t *testing.T) (mgr, local string) {
 			cmd := exec.Command("go", "build", "-o", b[0], b[1])
 			cmd.Dir = root
 			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", b[1], err, out)
+				buildErr = fmt.Errorf("go build %s: %w\n%s", b[1], err, out)
 				return
 			}
 		}
@@ -301,7 +301,7 @@ func (l *localRun) waitFor(t *testing.T, timeout time.Duration, text string) {
 		select {
 		case err := <-l.exited:
 			l.exited <- err
-			return fmt.Errorf("frontdesk-local exited (%v):\n%s", err, l.output())
+			return fmt.Errorf("frontdesk-local exited (%v):\n%s", err, l.output()) //nolint:errorlint // err is nil after a clean exit; %w would print %!w(<nil>)
 		default:
 			return errors.New("not yet")
 		}
@@ -313,8 +313,7 @@ func (l *localRun) waitExit(t *testing.T, timeout time.Duration) int {
 	t.Helper()
 	select {
 	case err := <-l.exited:
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
+		if exit, ok := errors.AsType[*exec.ExitError](err); ok {
 			return exit.ExitCode()
 		}
 		if err != nil {
@@ -404,7 +403,7 @@ func TestLocalManagerCanBeKilledAndRestarted(t *testing.T) {
 	poll(t, 30*time.Second, "the restarted manager reconciling a new lock", func() error {
 		select {
 		case <-restartedDone:
-			return fmt.Errorf("the restarted manager exited (%v):\n%s", restartedErr, logs.String())
+			return fmt.Errorf("the restarted manager exited (%v):\n%s", restartedErr, logs.String()) //nolint:errorlint // nil after a clean exit; %w would print %!w(<nil>)
 		default:
 		}
 		return lockReady(c, "after-restart")

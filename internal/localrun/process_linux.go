@@ -83,7 +83,7 @@ func processesWith(dir string) []int {
 // in it, as an argument or a flag's value (and not merely a longer name that
 // starts the same).
 func mentions(cmdline []byte, dir string) bool {
-	for _, arg := range bytes.Split(cmdline, []byte{0}) {
+	for arg := range bytes.SplitSeq(cmdline, []byte{0}) {
 		a := string(arg)
 		if _, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "-") {
 			a = v

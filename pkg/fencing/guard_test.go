@@ -15,7 +15,7 @@ import (
 
 // guards returns each Guard implementation with a way to read back the
 // protected state: a counter incremented by every admitted operation.
-func guards(t *testing.T) map[string]func(t *testing.T) (Guard, func(ctx context.Context) error, func() int) {
+func guards() map[string]func(t *testing.T) (Guard, func(ctx context.Context) error, func() int) {
 	return map[string]func(t *testing.T) (Guard, func(ctx context.Context) error, func() int){
 		"memory": func(t *testing.T) (Guard, func(ctx context.Context) error, func() int) {
 			g := NewMemoryGuard()
@@ -82,7 +82,7 @@ func TestGuardAdmitsByToken(t *testing.T) {
 		{"payments", 1, false, 0}, // locks are independent
 		{"billing", 6, false, 0},
 	}
-	for name, mk := range guards(t) {
+	for name, mk := range guards() {
 		t.Run(name, func(t *testing.T) {
 			g, inc, read := mk(t)
 			admitted := 0
@@ -111,7 +111,7 @@ func TestGuardAdmitsByToken(t *testing.T) {
 }
 
 func TestGuardDoesNotRecordTokenWhenOperationFails(t *testing.T) {
-	for name, mk := range guards(t) {
+	for name, mk := range guards() {
 		t.Run(name, func(t *testing.T) {
 			g, inc, _ := mk(t)
 			ctx := context.Background()
@@ -132,7 +132,7 @@ func TestGuardDoesNotRecordTokenWhenOperationFails(t *testing.T) {
 // Many writers with interleaved tokens race on one lock: the sequence of
 // admitted tokens, in the order the operations ran, never goes down.
 func TestGuardConcurrentWritersNeverAdmitLowerAfterHigher(t *testing.T) {
-	for name, mk := range guards(t) {
+	for name, mk := range guards() {
 		t.Run(name, func(t *testing.T) {
 			g, _, _ := mk(t)
 			var mu sync.Mutex
@@ -197,7 +197,7 @@ func ExampleSQLGuard() {
 // (a leaked one holds SQLite's write lock, so the next fenced write fails
 // with "database is locked"), and the operation's writes are undone.
 func TestGuardRollsBackWhenOperationPanics(t *testing.T) {
-	for name, mk := range guards(t) {
+	for name, mk := range guards() {
 		t.Run(name, func(t *testing.T) {
 			g, inc, read := mk(t)
 			ctx := context.Background()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"strconv"
 )
@@ -134,9 +135,7 @@ func (b *bufferedResponse) statusCode() int {
 
 // replay sends the buffered answer.
 func (b *bufferedResponse) replay(w http.ResponseWriter) {
-	for k, v := range b.header {
-		w.Header()[k] = v
-	}
+	maps.Copy(w.Header(), b.header)
 	w.WriteHeader(b.statusCode())
 	_, _ = w.Write(b.body.Bytes())
 }

@@ -135,7 +135,7 @@ func startHAControlPlane(t *testing.T) *haControlPlane {
 	t.Helper()
 	ha := &haControlPlane{}
 	t.Cleanup(ha.stop) // safe with nothing started yet
-	var peers []string
+	peers := make([]string, 0, len(ha.members))
 	for i := range ha.members {
 		m := &etcdMember{name: fmt.Sprintf("etcd-%d", i), clientURL: "http://" + freeLoopbackAddr(t), peerURL: "http://" + freeLoopbackAddr(t)}
 		ha.members[i] = m
@@ -212,7 +212,7 @@ func (ha *haControlPlane) configureEnvtest(env *envtest.Environment, initialClus
 }
 
 func (ha *haControlPlane) clientURLs() []string {
-	var urls []string
+	urls := make([]string, 0, len(ha.members))
 	for _, m := range ha.members {
 		urls = append(urls, m.clientURL)
 	}

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,7 +38,7 @@ func kubectlLock(t *testing.T) string {
 		}
 		kubectlLockPath = filepath.Join(workDir, "kubectl-dlock")
 		if out, err := exec.Command("go", "build", "-o", kubectlLockPath, filepath.Join(root, "cmd", "kubectl-dlock")).CombinedOutput(); err != nil {
-			kubectlLockErr = fmt.Errorf("%v: %s", err, out)
+			kubectlLockErr = fmt.Errorf("%w: %s", err, out)
 		}
 	})
 	if kubectlLockErr != nil {
@@ -99,7 +100,7 @@ func TestRunCutOffFromTheAPIServer(t *testing.T) {
 		go func() {
 			err := p.cmd.Wait()
 			code := 0
-			if exit, ok := err.(*exec.ExitError); ok {
+			if exit, ok := errors.AsType[*exec.ExitError](err); ok {
 				code = exit.ExitCode()
 			}
 			p.exited <- code
@@ -191,7 +192,7 @@ func readRunLedger(t *testing.T, path string) []runLedgerLine {
 		t.Fatal(err)
 	}
 	var lines []runLedgerLine
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	for l := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
 		f := strings.Fields(l)
 		if len(f) != 2 {
 			t.Fatalf("ledger line %q", l)
@@ -259,16 +260,17 @@ func checkRunLedger(t *testing.T, lines []runLedgerLine) {
 // turn, with increasing tokens.
 func checkRunGrants(t *testing.T, history *testutil.LeaseHistory, plugins int) {
 	t.Helper()
-	var holders []string
+	grants := history.Grants()
+	holders := make([]string, 0, len(grants))
 	var last int32
-	for _, g := range history.Grants() {
+	for _, g := range grants {
 		holders = append(holders, g.Holder)
 		if g.Token <= last {
 			t.Errorf("grant to %s with token %d, not above %d", g.Holder, g.Token, last)
 		}
 		last = g.Token
 	}
-	var want []string
+	want := make([]string, 0, plugins)
 	for i := range plugins {
 		want = append(want, fmt.Sprintf("run-%d", i))
 	}

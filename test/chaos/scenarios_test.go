@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -86,8 +86,8 @@ func TestLeaseDeletedAndEditedByHand(t *testing.T) {
 				if err != nil || ptr.Deref(l.Spec.LeaseTransitions, 0) < 2 {
 					return false
 				}
-				l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) - 2)
-				l.Spec.HolderIdentity = ptr.To(handEditor)
+				l.Spec.LeaseTransitions = new(ptr.Deref(l.Spec.LeaseTransitions, 0) - 2)
+				l.Spec.HolderIdentity = new(handEditor)
 				_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 				return err == nil
 			})
@@ -207,7 +207,7 @@ func runScenario(t *testing.T, sc scenario) {
 	defer history.Stop()
 	r := &runState{c: c, ns: ns, lock: lockName, ledger: newLedger(), history: history}
 	defer r.ledger.srv.Close()
-	sampler := sampleStatusTokens(t, c, ns, lockName)
+	sampler := sampleStatusTokens(c, ns, lockName)
 
 	for i := range sc.workers {
 		spec := workerSpec{kubeconfig: c.kubeconfigPath, increments: sc.increments, hold: sc.hold}
@@ -234,7 +234,7 @@ func runScenario(t *testing.T, sc scenario) {
 			t.Fatalf("%s did not finish: %s", w.Name, strings.Join(w.Output(), "\n"))
 		}
 	}
-	checkLedger(t, r, sc)
+	checkLedger(t, r)
 	checkGrants(t, r)
 	checkStatusConverges(t, c, ns, lockName)
 	sampler.check(t)
@@ -243,7 +243,7 @@ func runScenario(t *testing.T, sc scenario) {
 // checkLedger: accepted writes never went back in token; every increment
 // built on the one before it (none lost, none applied twice); the count is
 // what the workers report.
-func checkLedger(t *testing.T, r *runState, sc scenario) {
+func checkLedger(t *testing.T, r *runState) {
 	value, writes, rejected := r.ledger.snapshot()
 	want := 0
 	for _, spec := range r.specs {
@@ -315,12 +315,12 @@ func checkGrants(t *testing.T, r *runState) {
 // sequencerModel: each acquire returns a token greater than every token
 // returned by an acquire that finished before it started.
 var sequencerModel = porcupine.Model{
-	Init: func() interface{} { return int64(0) },
-	Step: func(state, input, output interface{}) (bool, interface{}) {
+	Init: func() any { return int64(0) },
+	Step: func(state, input, output any) (bool, any) {
 		tok := output.(int64)
 		return tok > state.(int64), tok
 	},
-	DescribeOperation: func(input, output interface{}) string { return fmt.Sprintf("acquire -> %d", output) },
+	DescribeOperation: func(input, output any) string { return fmt.Sprintf("acquire -> %d", output) },
 }
 
 // checkStatusConverges: the lock's status catches up with its Lease.
@@ -344,7 +344,7 @@ type statusSampler struct {
 	done chan []int64
 }
 
-func sampleStatusTokens(t *testing.T, c *cluster, ns, name string) *statusSampler {
+func sampleStatusTokens(c *cluster, ns, name string) *statusSampler {
 	s := &statusSampler{stop: make(chan struct{}), done: make(chan []int64, 1)}
 	go func() {
 		var tokens []int64
@@ -374,7 +374,7 @@ func (s *statusSampler) check(t *testing.T) {
 	if len(tokens) < 3 {
 		t.Errorf("only %d status samples", len(tokens))
 	}
-	if !sort.SliceIsSorted(tokens, func(i, j int) bool { return tokens[i] < tokens[j] }) {
+	if !slices.IsSorted(tokens) {
 		t.Errorf("status.fencingToken went down: %v", tokens)
 	}
 }

@@ -32,10 +32,10 @@ func TestHolderDownwardAPIAndService(t *testing.T) {
 	c.waitRollout("web", 3*time.Minute)
 
 	first, firstToken := c.webHolder(g)
-	c.step("holder %s, token %d", first, firstToken)
+	c.stepf("holder %s, token %d", first, firstToken)
 	c.expectHolderServed(g, first, firstToken)
 
-	c.step("deleting the holder pod %s", first)
+	c.stepf("deleting the holder pod %s", first)
 	deletedAt := time.Now()
 	c.kubectlOK("-n", c.ns, "delete", "pod", first, "--wait=false")
 	var second string
@@ -47,7 +47,7 @@ func TestHolderDownwardAPIAndService(t *testing.T) {
 		g.Expect(l.Status.FencingToken).To(BeNumerically(">", firstToken))
 		second, secondToken = l.Status.HolderPod, l.Status.FencingToken
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
-	c.step("new holder %s, token %d", second, secondToken)
+	c.stepf("new holder %s, token %d", second, secondToken)
 	pod, err := c.cs.CoreV1().Pods(c.ns).Get(c.ctx, second, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	// The oldest Ready candidate is the pod that ran beside the first holder,
@@ -89,7 +89,7 @@ func (t *tc) expectHolderServed(g *WithT, holder string, token int64) {
 		out, _ := t.exec(holder, "cat", "/etc/frontdesk/token")
 		return out
 	}).WithTimeout(3*time.Minute).WithPolling(2*time.Second).Should(Equal(want), "the holder's /etc/frontdesk/token")
-	t.step("%s reads token %s from /etc/frontdesk/token", holder, want)
+	t.stepf("%s reads token %s from /etc/frontdesk/token", holder, want)
 
 	pods, err := t.pods("app=web")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -128,11 +128,11 @@ func (t *tc) expectHolderServed(g *WithT, holder string, token int64) {
 	// holder, and it answers with its token. (busybox's wget crashes with
 	// -T, hence timeout.)
 	g.Eventually(func(g Gomega) {
-		for i := 0; i < 10; i++ {
+		for range 10 {
 			out, err := t.exec(client, "timeout", "5", "wget", "-q", "-O", "-", "http://web-leader/")
 			g.Expect(err).NotTo(HaveOccurred(), out)
 			g.Expect(strings.TrimSpace(out)).To(Equal(holder+" "+want), "answered through the Service")
 		}
 	}).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(Succeed())
-	t.step("the Service routes to %s only", holder)
+	t.stepf("the Service routes to %s only", holder)
 }

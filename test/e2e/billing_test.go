@@ -54,7 +54,7 @@ func TestBillingScenario(t *testing.T) {
 // ledger's counts once the job is complete and no more writes arrive.
 func runBilling(t *tc, fenced bool) demo.Stats {
 	g := NewWithT(t)
-	t.step("ledger (fenced=%v) and 10 workers", fenced)
+	t.stepf("ledger (fenced=%v) and 10 workers", fenced)
 	t.applyFile("billing.yaml", "FENCED", strconv.FormatBool(fenced))
 	t.waitRollout("ledger", 3*time.Minute)
 
@@ -73,14 +73,14 @@ func runBilling(t *tc, fenced bool) demo.Stats {
 		out, err := t.signalWorker(pod, "STOP")
 		g.Expect(err).NotTo(HaveOccurred(), out)
 		frozenPod, frozenToken = pod, token
-		t.step("froze the worker in %s (token %d) after %d charges", pod, token, st.Charges)
+		t.stepf("froze the worker in %s (token %d) after %d charges", pod, token, st.Charges)
 	}).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
 
 	g.Eventually(func() int64 { _, token := t.billingHolder(); return token }).
 		WithTimeout(2*time.Minute).WithPolling(time.Second).Should(BeNumerically(">", frozenToken), "the lock passes on")
 	out, err := t.signalWorker(frozenPod, "CONT")
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	t.step("lock passed on; thawed %s", frozenPod)
+	t.stepf("lock passed on; thawed %s", frozenPod)
 
 	g.Eventually(func() bool { return t.ledgerStats().Complete }).
 		WithTimeout(5*time.Minute).WithPolling(time.Second).Should(BeTrue(), "the job completes")
@@ -96,7 +96,7 @@ func runBilling(t *tc, fenced bool) demo.Stats {
 		}
 		return time.Since(stableSince)
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(BeNumerically(">=", 5*time.Second))
-	t.step("ledger: %d customers, %d charges, %d duplicates, %d charged once, %d never, %d rejected",
+	t.stepf("ledger: %d customers, %d charges, %d duplicates, %d charged once, %d never, %d rejected",
 		st.Customers, st.Charges, st.Duplicates, st.ChargedOnce, st.NeverCharged, st.Rejected)
 	return st
 }

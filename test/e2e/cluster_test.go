@@ -99,16 +99,6 @@ func (c *kindCluster) applyString(manifests string) (string, error) {
 	return string(out), err
 }
 
-func (c *kindCluster) kustomize(dir string) (string, error) {
-	cmd := exec.Command(filepath.Join(c.root, "bin", "k8s", "kubectl"), "kustomize", dir)
-	cmd.Dir = c.root
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("kubectl kustomize %s: %w", dir, err)
-	}
-	return string(out), nil
-}
-
 // tc is one test's view of the cluster: its own namespace, and the logs of
 // every node exported when it fails.
 type tc struct {
@@ -144,8 +134,8 @@ func start(t *testing.T, prefix string) *tc {
 	return &tc{T: t, kindCluster: kc, ns: ns.Name, ctx: ctx}
 }
 
-// step logs what the test is doing, with the time.
-func (t *tc) step(format string, args ...any) {
+// stepf logs what the test is doing, with the time.
+func (t *tc) stepf(format string, args ...any) {
 	t.Logf("[%s] %s", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 

@@ -47,10 +47,10 @@ func TestDeployDefault(t *testing.T) {
 		pods = l.Items
 	}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 	if pods[0].Spec.NodeName == pods[1].Spec.NodeName {
-		c.step("both manager pods run on %s", pods[0].Spec.NodeName)
+		c.stepf("both manager pods run on %s", pods[0].Spec.NodeName)
 	}
 
-	c.step("leader election")
+	c.stepf("leader election")
 	var leader string
 	g.Eventually(func(g Gomega) {
 		l, err := c.cs.CoordinationV1().Leases(managerNS).Get(c.ctx, "frontdesk-controller-leader", metav1.GetOptions{})
@@ -59,10 +59,10 @@ func TestDeployDefault(t *testing.T) {
 		holder := *l.Spec.HolderIdentity
 		g.Expect(holder).To(Or(HavePrefix(pods[0].Name+"_"), HavePrefix(pods[1].Name+"_")), "a manager pod leads")
 		leader = strings.SplitN(holder, "_", 2)[0]
-		c.step("leader: %s", holder)
+		c.stepf("leader: %s", holder)
 	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
 
-	c.step("metrics")
+	c.stepf("metrics")
 	url := c.portForward("pod/"+leader, managerNS, 8443) + "/metrics"
 	reader := c.serviceAccountToken("metrics-reader", managerNS+"-metrics-reader-"+c.ns, "frontdesk-metrics-reader")
 	nobody := c.serviceAccountToken("nobody", "", "")
@@ -74,7 +74,7 @@ func TestDeployDefault(t *testing.T) {
 	g.Expect(code).To(Equal(http.StatusOK), body)
 	g.Expect(body).To(ContainSubstring(`controller_runtime_reconcile_total{controller="distributedlock"`), "the leader's controller metrics")
 
-	c.step("RBAC as shipped")
+	c.stepf("RBAC as shipped")
 	sa := "system:serviceaccount:" + managerNS + ":frontdesk-controller-manager"
 	for _, check := range []struct {
 		verb, resource string

@@ -31,7 +31,7 @@ const (
 func TestFencingPolicyRefusesStaleWriter(t *testing.T) {
 	c := start(t, "fencing")
 	g := NewWithT(t)
-	c.step("applying config/fencing-policy")
+	c.stepf("applying config/fencing-policy")
 	c.kubectlOK("apply", "--server-side", "-k", "config/fencing-policy")
 	c.applyFile("fencing.yaml")
 
@@ -52,7 +52,7 @@ func TestFencingPolicyRefusesStaleWriter(t *testing.T) {
 	}
 	stale, current := tokens[0], tokens[1]
 	g.Expect(current).To(BeNumerically(">", stale))
-	c.step("tokens: stale %d, current %d", stale, current)
+	c.stepf("tokens: stale %d, current %d", stale, current)
 	g.Eventually(func() (int64, error) {
 		l, err := c.lock("fenced")
 		return l.Status.FencingToken, err
@@ -65,7 +65,7 @@ func TestFencingPolicyRefusesStaleWriter(t *testing.T) {
 		return err
 	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(MatchError(ContainSubstring("stale fencing token")))
 
-	c.step("the writer pod writes with both tokens")
+	c.stepf("the writer pod writes with both tokens")
 	c.applyFile("fencing-writer.yaml", "STALE_TOKEN", strconv.FormatInt(stale, 10), "CURRENT_TOKEN", strconv.FormatInt(current, 10))
 	g.Eventually(func() (corev1.PodPhase, error) {
 		p, err := c.cs.CoreV1().Pods(c.ns).Get(c.ctx, "writer", metav1.GetOptions{})
@@ -75,7 +75,7 @@ func TestFencingPolicyRefusesStaleWriter(t *testing.T) {
 		return p.Status.Phase, nil
 	}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Equal(corev1.PodSucceeded), "the writer pod completes")
 	logs := c.kubectlOK("-n", c.ns, "logs", "writer")
-	c.step("writer pod:\n%s", strings.TrimSpace(logs))
+	c.stepf("writer pod:\n%s", strings.TrimSpace(logs))
 	g.Expect(logs).To(MatchRegexp(`stale write: refused: .*stale fencing token %d for DistributedLock fenced: its current fencing token is %d`, stale, current),
 		"the apiserver refuses the stale writer, saying why")
 	g.Expect(logs).To(ContainSubstring("current write: accepted"))

@@ -23,12 +23,12 @@ func TestInstallBundle(t *testing.T) {
 	c := start(t, "bundle")
 	g := NewWithT(t)
 
-	c.step("every object of dist/install.yaml is in the cluster")
+	c.stepf("every object of dist/install.yaml is in the cluster")
 	bundle := filepath.Join(c.root, "dist", "install.yaml")
 	data, err := os.ReadFile(bundle)
 	g.Expect(err).NotTo(HaveOccurred())
 	var want []string
-	for _, doc := range strings.Split(string(data), "\n---\n") {
+	for doc := range strings.SplitSeq(string(data), "\n---\n") {
 		var obj struct {
 			Kind     string `json:"kind"`
 			Metadata struct {
@@ -40,26 +40,26 @@ func TestInstallBundle(t *testing.T) {
 	}
 	out := c.kubectlOK("get", "-f", bundle, "-o", "custom-columns=KIND:.kind,NAME:.metadata.name", "--no-headers")
 	var got []string
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
 		g.Expect(f).To(HaveLen(2), line)
 		got = append(got, f[0]+"/"+f[1])
 	}
 	g.Expect(got).To(ConsistOf(want))
-	c.step("%d objects", len(got))
+	c.stepf("%d objects", len(got))
 
-	c.step("the FlowSchema is in force")
+	c.stepf("the FlowSchema is in force")
 	g.Eventually(func(g Gomega) {
 		out, err := c.kubectl("get", "flowschema", "frontdesk-lock-leases", "-o", `jsonpath={.status.conditions[?(@.type=="Dangling")].status}`)
 		g.Expect(err).NotTo(HaveOccurred(), out)
 		g.Expect(out).To(Equal("False"))
 	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
 
-	c.step("kubectl dlock run from a pod")
+	c.stepf("kubectl dlock run from a pod")
 	c.applyFile("bundle-run.yaml")
 	c.kubectlOK("-n", c.ns, "wait", "--for=condition=complete", "job/run-under-lock", "--timeout=3m")
 	logs := c.kubectlOK("-n", c.ns, "logs", "job/run-under-lock")
-	c.step("the command printed:\n%s", logs)
+	c.stepf("the command printed:\n%s", logs)
 	g.Expect(logs).To(MatchRegexp(`(?m)^bundle\s+\S+\s+1\s`), "kubectl dlock get, run under the lock, shows its holder with token 1")
 	g.Eventually(func(g Gomega) {
 		l, err := c.lock("bundle")

@@ -5,7 +5,7 @@ package e2e
 import (
 	"fmt"
 	"os/exec"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,9 +36,9 @@ func TestLeaderNodeLoss(t *testing.T) {
 	pod, err := c.cs.CoreV1().Pods(c.ns).Get(c.ctx, first, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	node := pod.Spec.NodeName
-	c.step("holder %s on node %s, token %d", first, node, firstToken)
+	c.stepf("holder %s on node %s, token %d", first, node, firstToken)
 
-	c.step("docker pause %s", node)
+	c.stepf("docker pause %s", node)
 	lost := time.Now()
 	if out, err := exec.Command("docker", "pause", node).CombinedOutput(); err != nil {
 		t.Fatalf("docker pause %s: %v: %s", node, err, out)
@@ -58,7 +58,7 @@ func TestLeaderNodeLoss(t *testing.T) {
 		g.Expect(l.Status.FencingToken).To(BeNumerically(">", firstToken))
 		second, secondToken = l.Status.HolderPod, l.Status.FencingToken
 	}).WithTimeout(4*time.Minute).WithPolling(time.Second).Should(Succeed(), "a new leader after node %s is lost", node)
-	c.step("new holder %s, token %d, %s after the node was frozen", second, secondToken, time.Since(lost).Round(time.Second))
+	c.stepf("new holder %s, token %d, %s after the node was frozen", second, secondToken, time.Since(lost).Round(time.Second))
 
 	n, err := c.cs.CoreV1().Nodes().Get(c.ctx, node, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -111,7 +111,7 @@ func (t *tc) watchHolderMarks(label string) func() []string {
 				}
 			}
 			if len(names) > 1 {
-				sort.Strings(names)
+				slices.Sort(names)
 				mu.Lock()
 				overlaps = append(overlaps, fmt.Sprintf("%s at resourceVersion %s", strings.Join(names, " and "), p.ResourceVersion))
 				mu.Unlock()

@@ -196,7 +196,7 @@ func usePrivilegedShimIfNeeded(root string) error {
 		return nil
 	}
 	if !strings.Contains(string(out), "unable to apply caps") {
-		return fmt.Errorf("docker run --privileged %s: %v: %s", nodeImage, err, out)
+		return fmt.Errorf("docker run --privileged %s: %w: %s", nodeImage, err, out)
 	}
 	shim := filepath.Join(root, "hack", "kind", "docker-shim")
 	logf("this engine cannot start privileged containers (%s); kind's docker commands go through %s", errorLine(out), shim)

@@ -49,9 +49,9 @@ spec:
 	var held *lock.Grant
 	g.Eventually(func() error { held, err = client.TryAcquire(ctx); return err }).
 		WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
-	c.step("holding across-upgrade with fencing token %d", held.Token())
+	c.stepf("holding across-upgrade with fencing token %d", held.Token())
 
-	c.step("helm adopts the objects of dist/install.yaml as release frontdesk")
+	c.stepf("helm adopts the objects of dist/install.yaml as release frontdesk")
 	bundle := filepath.Join(c.root, "dist", "install.yaml")
 	c.kubectlOK("label", "-f", bundle, "app.kubernetes.io/managed-by=Helm", "--overwrite")
 	c.kubectlOK("annotate", "-f", bundle, "meta.helm.sh/release-name=frontdesk", "meta.helm.sh/release-namespace=default", "--overwrite")
@@ -60,7 +60,7 @@ spec:
 	out, err := c.helm(append([]string{"upgrade", "--install", "frontdesk", "dist/chart", "--wait", "--timeout", "4m"}, values...)...)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 
-	c.step("helm upgrade to --zap-log-level=debug")
+	c.stepf("helm upgrade to --zap-log-level=debug")
 	out, err = c.helm(append([]string{"upgrade", "frontdesk", "dist/chart", "--wait", "--timeout", "4m", "--set", "logLevel=debug"}, values...)...)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	c.kubectlOK("-n", managerNS, "rollout", "status", "deployment/"+managerName, "--timeout=4m")

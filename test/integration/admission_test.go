@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -33,11 +32,10 @@ import (
 // gatedPod creates a pod that runs holding lockName: the participant label,
 // the runs-holding annotation, the admission gate and FENCING_TOKEN from
 // the token annotation.
-func gatedPod(t *testing.T, ns, name, lockName string) *corev1.Pod {
+func gatedPod(t *testing.T, ns, name, lockName string) {
 	t.Helper()
 	pod := testutil.MakeGatedPod(name, ns, lockName)
 	NewWithT(t).Expect(k8sClient.Create(context.Background(), pod)).To(Succeed())
-	return pod
 }
 
 // expectAdmitted waits until the pod's gate is gone and returns its token
@@ -313,7 +311,7 @@ func TestAdmittedGrantEndsAtOnceWhenThePodIsProvenFinished(t *testing.T) {
 		// terminated, then deletes the pod.
 		containersStoppedByKubelet(t, ns, "first")
 		g.Expect(k8sClient.Delete(context.Background(), pod, client.GracePeriodSeconds(0),
-			client.Preconditions{UID: ptr.To(pod.UID)})).To(Succeed())
+			client.Preconditions{UID: new(pod.UID)})).To(Succeed())
 		expectNextAdmittedAfter(t, ns, token, time.Now(), 0, 10*time.Second)
 	})
 	t.Run("deleted before bound", func(t *testing.T) {

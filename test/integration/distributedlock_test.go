@@ -2,13 +2,13 @@ package integration
 
 import (
 	"context"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"slices"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -272,7 +272,7 @@ func TestLeaseBehindTheFloorIsRaisedAndStaleGrantVoided(t *testing.T) {
 	lease, err := clientset.CoordinationV1().Leases(ns).Get(ctx, "billing", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	lease.Spec.LeaseTransitions = ptr.To[int32](2)
-	lease.Spec.HolderIdentity = ptr.To("rogue")
+	lease.Spec.HolderIdentity = new("rogue")
 	_, err = clientset.CoordinationV1().Leases(ns).Update(ctx, lease, metav1.UpdateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 
@@ -297,7 +297,7 @@ func TestExistingLeaseAdoptedWhileHeldKeepsItsHolder(t *testing.T) {
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: "legacy", Namespace: ns},
 		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity:       ptr.To("old-timer"),
+			HolderIdentity:       new("old-timer"),
 			LeaseDurationSeconds: ptr.To[int32](30),
 			LeaseTransitions:     ptr.To[int32](3),
 			AcquireTime:          &now,

@@ -374,7 +374,7 @@ func TestKubectlLockGetShowsLeaseWhenStatusIsStale(t *testing.T) {
 	forged := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: "billing", Namespace: ns,
 			Annotations: map[string]string{locksv1alpha1.LockUIDAnnotation: string(lock.UID)}},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("mallory")},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: new("mallory")},
 	}
 	g.Expect(s.client.Create(ctx, forged)).To(Succeed())
 	r = s.plugin(ns, "get")
@@ -389,7 +389,7 @@ func TestKubectlLockGetShowsLeaseWhenStatusIsStale(t *testing.T) {
 	g.Expect(s.client.Get(ctx, lockKey, forged)).To(Succeed())
 	forged.Annotations = nil
 	forged.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "elsewhere",
-		UID: "0c0c0c0c-0000-4000-8000-000000000000", Controller: ptr.To(true)}}
+		UID: "0c0c0c0c-0000-4000-8000-000000000000", Controller: new(true)}}
 	g.Expect(s.client.Update(ctx, forged)).To(Succeed())
 	r = s.plugin(ns, "get")
 	g.Expect(r.code).To(Equal(0), r.stderr)

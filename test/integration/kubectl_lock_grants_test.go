@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,7 +143,7 @@ func TestKubectlLockRunCrowdOnAShortLeaseAllSucceed(t *testing.T) {
 			cmd    *exec.Cmd
 			stderr *bytes.Buffer
 		}
-		var all []started
+		all := make([]started, 0, crowd)
 		for i := range crowd {
 			cmd, stderr := startRun(t, ns, "crowd", fmt.Sprintf("w%02d", i), log, 1200*time.Millisecond, "--wait", "60s")
 			all = append(all, started{cmd, stderr})
@@ -203,6 +203,6 @@ func TestKubectlLockRunRefusesAnIdentityAlreadyInUse(t *testing.T) {
 	g.Expect(lines).To(HaveLen(4))
 	expectSerialRising(g, lines)
 	holders := []string{strings.Fields(lines[0])[2], strings.Fields(lines[2])[2]}
-	sort.Strings(holders)
+	slices.Sort(holders)
 	g.Expect(holders).To(Equal([]string{"other", "same"}))
 }

@@ -241,7 +241,7 @@ func readLedger(g Gomega, path string) []ledgerLine {
 	}
 	g.Expect(err).NotTo(HaveOccurred())
 	var lines []ledgerLine
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	for l := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
 		f := strings.Fields(l)
 		g.Expect(f).To(HaveLen(3), "ledger line %q", l)
 		token, err := strconv.ParseInt(f[1], 10, 64)

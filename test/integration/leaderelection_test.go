@@ -148,8 +148,8 @@ func TestLeaderElectionFencesAFrozenControllerRuntimeLeader(t *testing.T) {
 
 	// How long each believed it still led after the thaw: the Term, and
 	// client-go (controller-runtime stops when client-go does).
-	termEnded, _ := a.firstAt(seenBeforeThaw, "term ended: ")
-	managerStopped, _ := a.firstAt(seenBeforeThaw, "manager stopped: ")
+	termEnded := a.firstAt(seenBeforeThaw, "term ended: ")
+	managerStopped := a.firstAt(seenBeforeThaw, "manager stopped: ")
 
 	final := &corev1.ConfigMap{}
 	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: cmName}, final)).To(Succeed())

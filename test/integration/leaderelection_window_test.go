@@ -54,7 +54,7 @@ func runElector(t *testing.T, lk resourcelock.Interface, retry time.Duration) {
 
 // startTappedLeader runs a client-go elector through pkg/leaderelection
 // whose requests go through tap, and waits for its Term.
-func startTappedLeader(t *testing.T, ns, lease string, tap *testutil.Tap) (*leaderelection.Lock, *leaderelection.Term) {
+func startTappedLeader(t *testing.T, ns, lease string, tap *testutil.Tap) *leaderelection.Term {
 	t.Helper()
 	rc := restConfig()
 	rc.ContentType = "application/json" // so the test can read the records it sends
@@ -71,7 +71,7 @@ func startTappedLeader(t *testing.T, ns, lease string, tap *testutil.Tap) (*lead
 	if err != nil {
 		t.Fatalf("the leader did not lead: %v", err)
 	}
-	return lk, term
+	return term
 }
 
 // takeover is what the leader's Term was when a stock client-go candidate
@@ -157,7 +157,7 @@ func TestLeaderElectionTermEndsBeforeACandidateTakesOverAfterALostAnswer(t *test
 	const lease = "window-lost"
 	createReadyLock(t, testutil.MakeLock(lease, ns).LeaseDuration(int32(windowLease/time.Second)).Obj())
 	tap := testutil.NewTap()
-	_, term := startTappedLeader(t, ns, lease, tap)
+	term := startTappedLeader(t, ns, lease, tap)
 	cand := startWatchedCandidate(t, ns, lease, term)
 	eventually(t, 5*time.Second, func(g Gomega) { g.Expect(cand.reads()).To(BeNumerically(">=", 3)) })
 
@@ -219,7 +219,7 @@ func TestLeaderElectionTermEndsBeforeACandidateTakesOverAfterSameSecondRenewals(
 	const lease = "window-second"
 	createReadyLock(t, testutil.MakeLock(lease, ns).LeaseDuration(int32(windowLease/time.Second)).Obj())
 	tap := testutil.NewTap()
-	_, term := startTappedLeader(t, ns, lease, tap)
+	term := startTappedLeader(t, ns, lease, tap)
 	cand := startWatchedCandidate(t, ns, lease, term)
 	eventually(t, 5*time.Second, func(g Gomega) { g.Expect(cand.reads()).To(BeNumerically(">=", 3)) })
 

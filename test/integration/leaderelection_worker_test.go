@@ -23,7 +23,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -89,9 +88,9 @@ func runLeaderWorker() int {
 		LeaderElectionID:                    *leaseName,
 		LeaderElectionNamespace:             *namespace,
 		LeaderElectionResourceLockInterface: lk,
-		LeaseDuration:                       ptr.To(workerLeaseDuration),
-		RenewDeadline:                       ptr.To(workerRenewDeadline),
-		RetryPeriod:                         ptr.To(workerRetryPeriod),
+		LeaseDuration:                       new(workerLeaseDuration),
+		RenewDeadline:                       new(workerRenewDeadline),
+		RetryPeriod:                         new(workerRetryPeriod),
 		Metrics:                             metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:              "0",
 	})
@@ -107,12 +106,14 @@ func runLeaderWorker() int {
 		writerDone = make(chan struct{})
 	)
 	write := func(token int64, seq int) {
-		patch, _ := json.Marshal(map[string]any{
+		patch, err := json.Marshal(map[string]any{
 			"metadata": map[string]any{"annotations": map[string]string{
 				fencingLockAnnotation: *leaseName, fencingTokenAnnotation: strconv.FormatInt(token, 10)}},
 			"data": map[string]string{"writer": *identity, "token": strconv.FormatInt(token, 10), "seq": strconv.Itoa(seq)},
 		})
-		_, err := configMaps.Patch(context.Background(), *configMap, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err == nil {
+			_, err = configMaps.Patch(context.Background(), *configMap, types.MergePatchType, patch, metav1.PatchOptions{})
+		}
 		switch {
 		case err == nil:
 			fmt.Printf("write ok token %d seq %d\n", token, seq)
@@ -125,7 +126,7 @@ func runLeaderWorker() int {
 	err = mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { // needs leader election: started once leading
 		t, err := lk.WaitForTerm(ctx)
 		if err != nil {
-			return nil
+			return nil //nolint:nilerr // no term: the manager is stopping, which is not this runnable failing
 		}
 		term.Store(t)
 		fmt.Printf("leading token %d\n", t.Token())
@@ -219,16 +220,16 @@ func (w *leaderWorker) since(n int) []string {
 }
 
 // firstAt is when the first line after the first n that starts with prefix
-// was read, and false if there is none.
-func (w *leaderWorker) firstAt(n int, prefix string) (time.Time, bool) {
+// was read, and the zero time if there is none.
+func (w *leaderWorker) firstAt(n int, prefix string) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i := n; i < len(w.lines); i++ {
 		if strings.HasPrefix(w.lines[i], prefix) {
-			return w.at[i], true
+			return w.at[i]
 		}
 	}
-	return time.Time{}, false
+	return time.Time{}
 }
 
 func (w *leaderWorker) count() int {

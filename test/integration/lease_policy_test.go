@@ -77,7 +77,7 @@ func TestLeaseGuardRefusesWritesThatBreakFencing(t *testing.T) {
 		{"a holder written without a new token", false,
 			func(l *coordinationv1.Lease) {
 				now := metav1.NewMicroTime(time.Now())
-				l.Spec.HolderIdentity, l.Spec.AcquireTime, l.Spec.RenewTime = ptr.To("rogue"), &now, &now
+				l.Spec.HolderIdentity, l.Spec.AcquireTime, l.Spec.RenewTime = new("rogue"), &now, &now
 			},
 			"a new holder (rogue) must come with a new fencing token: raise spec.leaseTransitions from 1 to 2 in the same write"},
 		{"the token finalizer stripped", false,

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,8 +30,8 @@ import (
 // apiserver it could not reach) until the returned func is called.
 func refuseLeaseCreate(t *testing.T, ns, name string) func() {
 	t.Helper()
-	rule := admissionv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}}
-	return refuse(t, "refuse-create-"+ns, admissionv1.Create, rule,
+	rule := admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}}
+	return refuse(t, "refuse-create-"+ns, admissionregistrationv1.Create, rule,
 		"object.metadata.name != '"+name+"' || object.metadata.namespace != '"+ns+"'",
 		func(ctx context.Context) error { // a dry run, which changes nothing
 			return k8sClient.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}, client.DryRunAll)
@@ -43,9 +43,9 @@ func refuseLeaseCreate(t *testing.T, ns, name string) func() {
 // when it loses a status write race) until the returned func is called.
 func refuseStatusUpdates(t *testing.T, ns, name string) func() {
 	t.Helper()
-	rule := admissionv1.Rule{APIGroups: []string{locksv1alpha1.GroupVersion.Group}, APIVersions: []string{locksv1alpha1.GroupVersion.Version},
+	rule := admissionregistrationv1.Rule{APIGroups: []string{locksv1alpha1.GroupVersion.Group}, APIVersions: []string{locksv1alpha1.GroupVersion.Version},
 		Resources: []string{"distributedlocks/status"}}
-	return refuse(t, "refuse-status-"+ns, admissionv1.Update, rule,
+	return refuse(t, "refuse-status-"+ns, admissionregistrationv1.Update, rule,
 		"object.metadata.name != '"+name+"' || object.metadata.namespace != '"+ns+"'",
 		func(ctx context.Context) error { // a dry run, which changes nothing
 			lk := &locksv1alpha1.DistributedLock{}
@@ -60,26 +60,26 @@ func refuseStatusUpdates(t *testing.T, ns, name string) func() {
 // resources unless expression holds, waits until probe is refused (the
 // apiserver picks policies up asynchronously), and returns the func that
 // removes it.
-func refuse(t *testing.T, policyName string, op admissionv1.OperationType, rule admissionv1.Rule, expression string,
+func refuse(t *testing.T, policyName string, op admissionregistrationv1.OperationType, rule admissionregistrationv1.Rule, expression string,
 	probe func(context.Context) error) func() {
 	t.Helper()
 	ctx := context.Background()
 	g := NewWithT(t)
-	fail := admissionv1.Fail
-	policy := &admissionv1.ValidatingAdmissionPolicy{
+	fail := admissionregistrationv1.Fail
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: policyName},
-		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: &fail,
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{op}, Rule: rule},
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{op}, Rule: rule},
 			}}},
-			Validations: []admissionv1.Validation{{Expression: expression, Message: "test: " + policyName}},
+			Validations: []admissionregistrationv1.Validation{{Expression: expression, Message: "test: " + policyName}},
 		},
 	}
 	g.Expect(k8sClient.Create(ctx, policy)).To(Succeed())
-	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: policyName},
-		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policyName, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+		Spec:       admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policyName, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
 	}
 	g.Expect(k8sClient.Create(ctx, binding)).To(Succeed())
 	eventually(t, 10*time.Second, func(g Gomega) {
@@ -257,7 +257,7 @@ func TestLeaseFromAnEarlierVersionIsKeptAsARecord(t *testing.T) {
 			Labels:     map[string]string{locksv1alpha1.LockNameLabel: "billing"},
 			Finalizers: []string{locksv1alpha1.LeaseTokenFinalizer},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: locksv1alpha1.GroupVersion.String(), Kind: "DistributedLock",
-				Name: "billing", UID: lk.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
+				Name: "billing", UID: lk.UID, Controller: new(true), BlockOwnerDeletion: new(true)}}},
 		Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](3), LeaseTransitions: ptr.To[int32](4)},
 	}
 	g.Expect(k8sClient.Create(ctx, legacy)).To(Succeed())
@@ -411,7 +411,7 @@ func TestBreakLeavesALeaseTheLockDoesNotControlAlone(t *testing.T) {
 	now := metav1.NewMicroTime(time.Now())
 	g.Expect(k8sClient.Create(ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: "scheduler", Namespace: ns},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("leader-1"), LeaseDurationSeconds: ptr.To[int32](60),
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: new("leader-1"), LeaseDurationSeconds: ptr.To[int32](60),
 			LeaseTransitions: ptr.To[int32](3), AcquireTime: &now, RenewTime: &now},
 	})).To(Succeed())
 	g.Expect(k8sClient.Create(ctx, testutil.MakeLock("sched", ns).LeaseName("scheduler").Obj())).To(Succeed())

@@ -240,7 +240,7 @@ func TestForeignLeasesAreAdoptedOnlyWhenAllowedAndNeverDeleted(t *testing.T) {
 		now := metav1.NewMicroTime(time.Now())
 		g.Expect(k8sClient.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("kcm-1"), LeaseDurationSeconds: ptr.To[int32](2),
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: new("kcm-1"), LeaseDurationSeconds: ptr.To[int32](2),
 				LeaseTransitions: ptr.To[int32](9), AcquireTime: &now, RenewTime: &now},
 		})).To(Succeed())
 		go func() { // the leader renews every 500ms until the test ends
@@ -347,7 +347,7 @@ func TestClientRefusesALeaseWoundBackBelowTheRecordedToken(t *testing.T) {
 		g.Expect(err.Error()).To(ContainSubstring("has fencing token 2, below the 5 already granted or recorded"))
 	}
 	g.Expect(ptr.Deref(getLease(g, ns, "billing").Spec.LeaseTransitions, 0)).To(BeEquivalentTo(2), "nothing was granted")
-	var unavailable error = lock.ErrLeaseUnavailable
+	var unavailable = lock.ErrLeaseUnavailable
 	g.Expect(errors.Is(unavailable, lock.ErrHeld)).To(BeFalse())
 }
 
@@ -359,7 +359,7 @@ func TestControllerKeepsFinalizerOffForeignLeases(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", Namespace: ns},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("someone")}}
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: new("someone")}}
 	g.Expect(k8sClient.Create(ctx, l)).To(Succeed())
 	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
 	got := getLease(g, ns, "unrelated")

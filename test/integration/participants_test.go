@@ -100,14 +100,12 @@ func guardedLock(t *testing.T, name string, leaseSeconds int32) string {
 	leases := probe.clientset().CoordinationV1().Leases(ns)
 	eventually(t, 15*time.Second, func(g Gomega) {
 		l := getLease(g, ns, name)
-		l.Spec.LeaseTransitions = ptrTo(*l.Spec.LeaseTransitions + 5)
+		l.Spec.LeaseTransitions = new(*l.Spec.LeaseTransitions + 5)
 		_, err := leases.Update(context.Background(), l, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the lease guard is not enforced yet: %v", err)
 	})
 	return ns
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // forge writes edit's version of the Lease as p, with a plain Update of a
 // fresh read (what `kubectl get lease -o json | jq ... | kubectl replace`
@@ -152,12 +150,12 @@ func TestParticipantCannotWriteItselfInAsHolder(t *testing.T) {
 	g := NewWithT(t)
 	ga, err := alice.lockClient(t, ns, "billing", "alice-1").TryAcquire(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
-	defer ga.Release(context.Background())
+	defer func() { _ = ga.Release(context.Background()) }()
 	g.Expect(getLease(g, ns, "billing").Annotations[locksv1alpha1.HolderPrincipalAnnotation]).To(Equal(alice.principal))
 
 	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		now := metav1.NewMicroTime(time.Now())
-		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptrTo("mallory"), ptrTo(*l.Spec.LeaseTransitions+1)
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = new("mallory"), new(*l.Spec.LeaseTransitions+1)
 		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
 	})
 	refused(g, err, "only its holder renews, releases or hands it on")
@@ -176,7 +174,7 @@ func TestParticipantCannotChangeTheLeaseDuration(t *testing.T) {
 	g := NewWithT(t)
 	ga, err := alice.lockClient(t, ns, "billing", "alice-1").TryAcquire(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
-	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = ptrTo[int32](1) })
+	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = new(int32(1)) })
 	refused(g, err, "only its holder renews")
 	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		l.Annotations[locksv1alpha1.LeaseDurationAnnotation] = "1"
@@ -184,15 +182,15 @@ func TestParticipantCannotChangeTheLeaseDuration(t *testing.T) {
 	refused(g, err, "only the frontdesk manager may change what ties Lease")
 	stillHolds(g, ns, "billing", ga, time.Now())
 	// Its own holder cannot change it either.
-	err = alice.forge(ns, "billing", func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = ptrTo[int32](60) })
+	err = alice.forge(ns, "billing", func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = new(int32(60)) })
 	refused(g, err, "kept by a grant while it lasts")
 	g.Expect(ga.Release(context.Background())).To(Succeed())
 
 	// On a free lock: a grant with a duration of its own choosing.
 	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		now := metav1.NewMicroTime(time.Now())
-		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptrTo("mallory"), ptrTo(*l.Spec.LeaseTransitions+1)
-		l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, &now, ptrTo[int32](1)
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = new("mallory"), new(*l.Spec.LeaseTransitions+1)
+		l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, &now, new(int32(1))
 	})
 	refused(g, err, "on every grant")
 	gm, err := mallory.lockClient(t, ns, "billing", "mallory-1").TryAcquire(context.Background())
@@ -242,11 +240,11 @@ func TestParticipantCannotJumpTheToken(t *testing.T) {
 	ns := guardedLock(t, "billing", 3)
 	mallory := newParticipant(t, ns, "mallory", "")
 	g := NewWithT(t)
-	err := mallory.forge(ns, "billing", func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptrTo[int32](2147483647) })
+	err := mallory.forge(ns, "billing", func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = new(int32(2147483647)) })
 	refused(g, err, "rises by exactly one per grant")
 	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		now := metav1.NewMicroTime(time.Now())
-		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptrTo("mallory"), ptrTo[int32](2147483647)
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = new("mallory"), new(int32(2147483647))
 		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
 	})
 	refused(g, err, "rises by exactly one per grant")
@@ -393,7 +391,7 @@ func TestOnlyTheManagerCreatesALocksLease(t *testing.T) {
 	leases := creator.clientset().CoordinationV1().Leases(ns)
 	eventually(t, 15*time.Second, func(g Gomega) {
 		_, err := leases.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "operator-lock"},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptrTo("op-1"), LeaseTransitions: ptrTo[int32](0)}}, metav1.CreateOptions{})
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: new("op-1"), LeaseTransitions: new(int32(0))}}, metav1.CreateOptions{})
 		refused(g, err, "only the frontdesk manager creates it")
 	})
 	_, err := leases.Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}}, metav1.CreateOptions{})
@@ -414,7 +412,7 @@ func TestExhaustedTokensContinueInANewEpoch(t *testing.T) {
 	g := NewWithT(t)
 	// Two grants short of the end, as a cluster admin can set it.
 	l := getLease(g, ns, "billing")
-	l.Spec.LeaseTransitions = ptrTo[int32](2147483646)
+	l.Spec.LeaseTransitions = new(int32(2147483646))
 	_, err := clientset.CoordinationV1().Leases(ns).Update(context.Background(), l, metav1.UpdateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	refused(g, alice.forge(ns, "billing", func(l *coordinationv1.Lease) {

@@ -184,7 +184,7 @@ func TestCandidatesModeRevokesThenHandsOff(t *testing.T) {
 	g := NewWithT(t)
 	web := map[string]string{"app": "web"}
 	c0 := createPod(t, ns, "c-0", web, true)
-	c1 := createPod(t, ns, "c-1", web, true)
+	createPod(t, ns, "c-1", web, true)
 	c2 := createPod(t, ns, "c-2", web, true)
 	createPod(t, ns, "other", map[string]string{"app": "db"}, true)
 	present := []string{"c-0", "c-1", "c-2", "other"}
@@ -212,7 +212,7 @@ func TestCandidatesModeRevokesThenHandsOff(t *testing.T) {
 	// both written by the controller into the Lease.
 	handOffGap := func(revokedAt time.Time) time.Duration {
 		l := getLease(g, ns, "leader")
-		return l.Spec.AcquireTime.Time.Sub(revokedAt)
+		return l.Spec.AcquireTime.Sub(revokedAt)
 	}
 	revocationTime := func() time.Time {
 		l := getLease(g, ns, "leader")
@@ -233,7 +233,7 @@ func TestCandidatesModeRevokesThenHandsOff(t *testing.T) {
 
 	// Terminating (a finalizer keeps it, as a kubelet grace period would):
 	// not gone, so the delay still applies.
-	c1 = getPod(g, ns, "c-1")
+	c1 := getPod(g, ns, "c-1")
 	c1.Finalizers = append(c1.Finalizers, "test.frontdesk.dev/linger")
 	g.Expect(k8sClient.Update(ctx, c1)).To(Succeed())
 	g.Expect(k8sClient.Delete(ctx, c1)).To(Succeed())

@@ -124,7 +124,7 @@ func TestHolderCannotForgeAHandOff(t *testing.T) {
 
 	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		now := metav1.NewMicroTime(time.Now())
-		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptrTo("bob-1"), ptrTo(*l.Spec.LeaseTransitions+1)
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = new("bob-1"), new(*l.Spec.LeaseTransitions+1)
 		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
 		l.Annotations[locksv1alpha1.TicketAnnotation] = bobTicket
 		l.Annotations[locksv1alpha1.HandedOffByAnnotation] = "mallory-1"
@@ -134,7 +134,7 @@ func TestHolderCannotForgeAHandOff(t *testing.T) {
 		return
 	}
 	t.Errorf("BROKEN: mallory wrote a grant naming bob's identity and ticket that is not a hand-off")
-	gm.Release(ctx) // her own grant is gone anyway; stop its heartbeat
+	_ = gm.Release(ctx) // her own grant is gone anyway; stop its heartbeat
 	select {
 	case r := <-bobDone:
 		if r.err == nil {

@@ -84,13 +84,13 @@ func TestLeasePriorityKeepsRenewalsOnTime(t *testing.T) {
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "dlock-apf-"}}
 	must(t, admin.Create(ctx, ns))
-	setUpFloodAndHolder(t, ctx, admin, ns.Name)
+	setUpFloodAndHolder(ctx, t, admin, ns.Name)
 
-	without := measureRenewalsUnderFlood(t, ctx, cp.Config, admin, ns.Name, "without")
+	without := measureRenewalsUnderFlood(ctx, t, cp.Config, admin, ns.Name, "without")
 	t.Logf("without config/priority: %s", without)
 
-	uid := installPriority(t, ctx, admin)
-	with := measureRenewalsUnderFlood(t, ctx, cp.Config, admin, ns.Name, "with")
+	uid := installPriority(ctx, t, admin)
+	with := measureRenewalsUnderFlood(ctx, t, cp.Config, admin, ns.Name, "with")
 	t.Logf("with config/priority: %s", with)
 
 	third := apfLease / 3
@@ -145,7 +145,7 @@ func must(t *testing.T, err error) {
 // setUpFloodAndHolder gives the flood's users (group apfFloodGroup) and the
 // bystander the right to list ConfigMaps, creates the ConfigMaps they list,
 // and binds the shipped lock-user ClusterRole to the holder.
-func setUpFloodAndHolder(t *testing.T, ctx context.Context, admin client.Client, ns string) {
+func setUpFloodAndHolder(ctx context.Context, t *testing.T, admin client.Client, ns string) {
 	t.Helper()
 	roles, err := manifests.CreateFromFiles(ctx, admin, "", repoFile(t, "config", "rbac", "lock_user_role.yaml"))
 	must(t, err)
@@ -193,7 +193,7 @@ func repoFile(t *testing.T, elem ...string) string {
 // installPriority creates config/priority's objects as config/default names
 // them, waits until the apiserver classifies a Lease write under the
 // FlowSchema, and returns the FlowSchema's UID.
-func installPriority(t *testing.T, ctx context.Context, admin client.Client) string {
+func installPriority(ctx context.Context, t *testing.T, admin client.Client) string {
 	t.Helper()
 	dir := repoFile(t, "config", apfPriorityConfig)
 	objs, err := manifests.CreateFromFiles(ctx, admin, "", filepath.Join(dir, "prioritylevel.yaml"), filepath.Join(dir, "flowschema.yaml"))
@@ -283,7 +283,7 @@ func (tt timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // measureRenewalsUnderFlood has apfLocks holders renew every apfRenewEvery
 // while apfFloodClients users LIST ConfigMaps as fast as they are answered,
 // and returns what the holders' renewals took.
-func measureRenewalsUnderFlood(t *testing.T, ctx context.Context, adminCfg *rest.Config, admin client.Client, ns, phase string) renewalStats {
+func measureRenewalsUnderFlood(ctx context.Context, t *testing.T, adminCfg *rest.Config, admin client.Client, ns, phase string) renewalStats {
 	t.Helper()
 	timer := &leaseWriteTimer{bySchema: map[string]int{}}
 	holderCfg := rest.CopyConfig(adminCfg)
@@ -291,7 +291,7 @@ func measureRenewalsUnderFlood(t *testing.T, ctx context.Context, adminCfg *rest
 	holderCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return timedTransport{l: timer, next: rt} })
 
 	// 1. Locks held, renewing.
-	var grants []*lock.Grant
+	grants := make([]*lock.Grant, 0, apfLocks)
 	for i := range apfLocks {
 		name := fmt.Sprintf("%s-%d", phase, i)
 		must(t, admin.Create(ctx, testutil.MakeLock(name, ns).LeaseDuration(int32(apfLease/time.Second)).Obj()))
@@ -377,7 +377,7 @@ func measureRenewalsUnderFlood(t *testing.T, ctx context.Context, adminCfg *rest
 	}
 	st.renewals, st.failed = len(times), failed
 	// A failed renewal counts as one that never came back.
-	all := append(times, slices.Repeat([]time.Duration{time.Duration(math.MaxInt64)}, failed)...)
+	all := slices.Concat(times, slices.Repeat([]time.Duration{time.Duration(math.MaxInt64)}, failed))
 	st.p50, st.p99, st.max = percentile(all, 0.50), percentile(all, 0.99), percentile(all, 1)
 	st.bystanderP50 = percentile(bystander, 0.50)
 	if st.renewals == 0 && st.failed == 0 {

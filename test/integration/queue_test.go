@@ -20,8 +20,9 @@ import (
 
 // queueOf is the identities queued on the lock's Lease, head first.
 func queueOf(g Gomega, ns, name string) []string {
-	var ids []string
-	for _, w := range lease.Queue(getLease(g, ns, name)) {
+	queue := lease.Queue(getLease(g, ns, name))
+	ids := make([]string, 0, len(queue))
+	for _, w := range queue {
 		ids = append(ids, w.Identity)
 	}
 	return ids
@@ -263,7 +264,7 @@ type crowd struct {
 }
 
 // newCrowd makes the crowd's clients; run starts them.
-func newCrowd(t *testing.T, ctx context.Context, ns, name string, n int) *crowd {
+func newCrowd(ctx context.Context, t *testing.T, ns, name string, n int) *crowd {
 	c := &crowd{ctx: ctx, clients: make([]*lock.Client, n)}
 	for i := range c.clients {
 		c.clients[i] = newLockClient(t, ns, name, "waiter-"+itoa(int64(i)))
@@ -315,7 +316,7 @@ func TestReleaseLandsThroughACrowdRegistering(t *testing.T) {
 
 	const size = 60
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	waiters := newCrowd(t, ctx, ns, "billing", size)
+	waiters := newCrowd(ctx, t, ns, "billing", size)
 	defer func() { cancel(); waiters.wait() }()
 	grants := make(chan *lock.Grant, size)
 	waiters.run(t, func(gr *lock.Grant) { grants <- gr })
@@ -356,7 +357,7 @@ func TestHolderKeepsItsGrantThroughACrowdRegistering(t *testing.T) {
 
 	const size = 100
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	waiters := newCrowd(t, ctx, ns, "billing", size)
+	waiters := newCrowd(ctx, t, ns, "billing", size)
 	defer func() { cancel(); waiters.wait() }()
 	// The first waiter granted holds the lock until the hand-off is
 	// checked: released at once, it would hand the lock on again.

@@ -249,7 +249,7 @@ func TestWaiterBehindTheFrontFindsARecreatedLease(t *testing.T) {
 	// The new Lease has no queue: first and last may take it in either
 	// order (last's read may find the Lease terminating and widen its
 	// watch); whichever holds it releases it for the other.
-	var got []acquireResult
+	got := make([]acquireResult, 0, 2)
 	for range 2 {
 		var r acquireResult
 		select {

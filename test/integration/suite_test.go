@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	var logOut io.Writer = io.Discard
+	var logOut = io.Discard
 	if os.Getenv("FRONTDESK_TEST_LOGS") != "" {
 		logOut = os.Stderr
 	}

@@ -4,13 +4,12 @@ import (
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/utils/ptr"
 )
 
 func version(holder string, token int32) coordinationv1.Lease {
-	l := coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{LeaseTransitions: ptr.To(token)}}
+	l := coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{LeaseTransitions: new(token)}}
 	if holder != "" {
-		l.Spec.HolderIdentity = ptr.To(holder)
+		l.Spec.HolderIdentity = new(holder)
 	}
 	return l
 }

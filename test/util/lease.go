@@ -27,8 +27,8 @@ func Grant(ctx context.Context, cs kubernetes.Interface, namespace, name, holder
 	}
 	now := metav1.NewMicroTime(time.Now())
 	token := ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1
-	lease.Spec.HolderIdentity = ptr.To(holder)
-	lease.Spec.LeaseTransitions = ptr.To(token)
+	lease.Spec.HolderIdentity = new(holder)
+	lease.Spec.LeaseTransitions = new(token)
 	lease.Spec.AcquireTime = &now
 	lease.Spec.RenewTime = &now
 	if _, err := cs.CoordinationV1().Leases(namespace).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
@@ -40,7 +40,7 @@ func Grant(ctx context.Context, cs kubernetes.Interface, namespace, name, holder
 // Renew moves renewTime forward if holder still holds the Lease.
 func Renew(ctx context.Context, cs kubernetes.Interface, namespace, name, holder string) error {
 	return updateHeld(ctx, cs, namespace, name, holder, func(l *coordinationv1.Lease) {
-		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		l.Spec.RenewTime = new(metav1.NewMicroTime(time.Now()))
 	})
 }
 

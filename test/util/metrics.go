@@ -16,8 +16,8 @@ func ToFloat64(g prometheus.Gatherer, name string) float64 {
 	}
 	base, part := name, ""
 	for _, suffix := range []string{"_count", "_sum"} {
-		if strings.HasSuffix(name, suffix) {
-			base, part = strings.TrimSuffix(name, suffix), suffix
+		if before, ok := strings.CutSuffix(name, suffix); ok {
+			base, part = before, suffix
 		}
 	}
 	var sum float64

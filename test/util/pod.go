@@ -1,6 +1,8 @@
 package util
 
 import (
+	"maps"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -12,9 +14,7 @@ import (
 // kubelet runs in the tests: drive its status with SetPodReady.
 func MakePod(name, namespace string, labels map[string]string) *corev1.Pod {
 	all := map[string]string{locksv1alpha1.ParticipantLabel: "true"}
-	for k, v := range labels {
-		all[k] = v
-	}
+	maps.Copy(all, labels)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: all},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app:1"}}},

@@ -85,6 +85,7 @@ func (p *Proxy) handle(c net.Conn) {
 	case Drop:
 		resetConn(c)
 		return
+	case PassThrough, Delay:
 	}
 	up, err := p.dial()
 	if err != nil {
@@ -134,6 +135,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 				return
 			case Delay:
 				time.Sleep(DelayBy) // the network holds the data back
+			case PassThrough:
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				break
