@@ -76,7 +76,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	lock := &locksv1alpha1.DistributedLock{}
 	if err := r.Get(ctx, req.NamespacedName, lock); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.observations.Forget(req.NamespacedName.String())
+			r.observations.Forget(req.String())
 			r.metrics.forget(req.NamespacedName)
 			r.highWater.forget(req.NamespacedName)
 			r.pending.forget(req.NamespacedName)

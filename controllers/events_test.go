@@ -11,7 +11,7 @@ import (
 )
 
 func reasonsOf(evs []lockEvent) []string {
-	var out []string
+	out := make([]string, 0, len(evs))
 	for _, ev := range evs {
 		out = append(out, ev.reason)
 	}

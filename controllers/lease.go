@@ -198,7 +198,7 @@ func newRecordLease(lock *locksv1alpha1.DistributedLock, name string, token int6
 			Finalizers: []string{locksv1alpha1.LeaseTokenFinalizer},
 		},
 		Spec: coordinationv1.LeaseSpec{
-			LeaseDurationSeconds: ptr.To(lock.EffectiveLeaseDurationSeconds()),
+			LeaseDurationSeconds: new(lock.EffectiveLeaseDurationSeconds()),
 		},
 	}
 	return lease.RaiseToFloor(l, token)
@@ -299,7 +299,7 @@ func (r *DistributedLockReconciler) syncLease(ctx context.Context, lock *locksv1
 	// wrote it here; a live grant keeps the one it was made with.
 	l.Annotations[locksv1alpha1.LeaseDurationAnnotation] = strconv.Itoa(int(lock.EffectiveLeaseDurationSeconds()))
 	if lease.Holder(l) == "" && ptr.Deref(l.Spec.LeaseDurationSeconds, 0) != lock.EffectiveLeaseDurationSeconds() {
-		l.Spec.LeaseDurationSeconds = ptr.To(lock.EffectiveLeaseDurationSeconds())
+		l.Spec.LeaseDurationSeconds = new(lock.EffectiveLeaseDurationSeconds())
 	}
 
 	if equality.Semantic.DeepEqual(current, l) {

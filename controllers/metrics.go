@@ -12,32 +12,38 @@ import (
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
+// The labels that name a lock on the manager's metrics.
+const (
+	labelNamespace = "namespace"
+	labelLock      = "lock"
+)
+
 // Prometheus metrics of the manager, served on its metrics endpoint. The
 // list, with meanings, is in docs/metrics.md.
 var (
 	lockHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "frontdesk_lock_held",
 		Help: "1 while the lock has a live holder (condition Held=True), else 0.",
-	}, []string{"namespace", "lock"})
+	}, []string{labelNamespace, labelLock})
 	lockFencingToken = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "frontdesk_lock_fencing_token",
 		Help: "The lock's recorded fencing token (status.fencingToken).",
-	}, []string{"namespace", "lock"})
+	}, []string{labelNamespace, labelLock})
 	lockEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "frontdesk_lock_transitions_total",
 		Help: "Grants, handoffs, releases and expiries the controller observed, by kind " +
 			"(acquired, taken_over, handed_off, released, expired, invalid_grant).",
-	}, []string{"namespace", "lock", "kind"})
+	}, []string{labelNamespace, labelLock, "kind"})
 	timeToAcquire = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "frontdesk_lock_time_to_acquire_seconds",
 		Help:    "How long a lock stayed free (released or expired, as observed) before the next grant was observed.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
-	}, []string{"namespace"})
+	}, []string{labelNamespace})
 	holdDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "frontdesk_lock_hold_duration_seconds",
 		Help:    "How long a grant lasted, from its observation to the observed release, expiry or takeover.",
 		Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
-	}, []string{"namespace"})
+	}, []string{labelNamespace})
 	statusLag = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "frontdesk_status_lag_seconds",
 		Help:    "From a Lease change reaching the controller's informer to the lock's status write that reflects it.",
@@ -47,7 +53,7 @@ var (
 		Name:    "frontdesk_pod_admission_wait_seconds",
 		Help:    "How long a gated pod waited, from its creation to the controller removing its admission gate.",
 		Buckets: prometheus.ExponentialBuckets(0.01, 4, 12),
-	}, []string{"namespace"})
+	}, []string{labelNamespace})
 )
 
 func init() {
@@ -148,5 +154,5 @@ func (m *lockMetrics) forget(key types.NamespacedName) {
 	delete(m.arrived, key)
 	lockHeld.DeleteLabelValues(key.Namespace, key.Name)
 	lockFencingToken.DeleteLabelValues(key.Namespace, key.Name)
-	lockEvents.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "lock": key.Name})
+	lockEvents.DeletePartialMatch(prometheus.Labels{labelNamespace: key.Namespace, labelLock: key.Name})
 }

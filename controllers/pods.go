@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -47,7 +48,7 @@ func (r *DistributedLockReconciler) holderPodName(ctx context.Context, lock *loc
 		}
 		return "", fmt.Errorf("reading holder pod %s: %w", name, err)
 	}
-	if pod.DeletionTimestamp != nil || string(pod.UID) != uid || !(candidateGrant || locksv1alpha1.MayHold(pod.Annotations, lock.Name)) {
+	if pod.DeletionTimestamp != nil || string(pod.UID) != uid || !candidateGrant && !locksv1alpha1.MayHold(pod.Annotations, lock.Name) {
 		return "", nil
 	}
 	return pod.Name, nil
@@ -160,9 +161,7 @@ func (r *DistributedLockReconciler) patchPodMarks(ctx context.Context, pod *core
 			patched.Annotations = map[string]string{}
 		}
 		patched.Labels[labelKey] = "true"
-		for k, v := range annotations {
-			patched.Annotations[k] = v
-		}
+		maps.Copy(patched.Annotations, annotations)
 	}
 	if labels.Equals(pod.Labels, patched.Labels) && labels.Equals(pod.Annotations, patched.Annotations) {
 		return nil

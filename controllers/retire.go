@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -322,6 +321,6 @@ func revokeCandidateGrant(l *coordinationv1.Lease, now time.Time) bool {
 		return false
 	}
 	l.Annotations[locksv1alpha1.RevokedAnnotation] = holder
-	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+	l.Spec.RenewTime = new(metav1.NewMicroTime(now))
 	return true
 }

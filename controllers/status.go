@@ -210,38 +210,10 @@ func transitionEvents(old, cur locksv1alpha1.DistributedLockStatus, rec lease.Re
 		}
 		return []lockEvent{{corev1.EventTypeWarning, EventInvalidGrant, newHeld.Message}}
 	case rec.Holder != "" && rec.Token > old.FencingToken:
-		if by := current.Annotations[locksv1alpha1.HandedOffByAnnotation]; by != "" && by == old.Holder {
-			return []lockEvent{{corev1.EventTypeNormal, EventHandedOff,
-				fmt.Sprintf("%s released the lock and handed it to %s, the first in its queue, with fencing token %d", by, rec.Holder, rec.Token)}}
-		}
-		if old.Holder != "" && old.Holder != rec.Holder {
-			return []lockEvent{{corev1.EventTypeNormal, EventTakenOver,
-				fmt.Sprintf("%s took the lock over from %s with fencing token %d", rec.Holder, old.Holder, rec.Token)}}
-		}
-		return []lockEvent{{corev1.EventTypeNormal, EventAcquired,
-			fmt.Sprintf("%s acquired the lock with fencing token %d", rec.Holder, rec.Token)}}
-	case rec.Holder == "" && rec.Token > old.FencingToken && old.LeaseName != "" && !brokenAt(current, rec.Token):
-		// The token went up and the lock is free, but no break made it so:
-		// holders came and went while the controller was not watching.
-		return []lockEvent{{corev1.EventTypeNormal, EventReleased, fmt.Sprintf(
-			"the lock is free at fencing token %d; it was granted and released %d time(s) since the controller last recorded it (token %d, held by %s)",
-			rec.Token, rec.Token-old.FencingToken, old.FencingToken, orNobody(old.Holder))}}
-	case rec.Holder == "" && rec.Token > old.FencingToken && old.LeaseName != "":
-		// A recorded lock whose token a break raised.
-		if old.Holder != "" {
-			return []lockEvent{{corev1.EventTypeWarning, EventBroken, fmt.Sprintf(
-				"the lock was broken: the grant of %s (fencing token %d) was voided and the fencing token raised to %d",
-				old.Holder, old.FencingToken, rec.Token)}}
-		}
-		return []lockEvent{{corev1.EventTypeWarning, EventBroken, fmt.Sprintf(
-			"the lock was broken while free: the fencing token was raised from %d to %d", old.FencingToken, rec.Token)}}
-	case rec.Holder == "" && old.Holder != "" && rec.Lapsed:
-		return []lockEvent{{corev1.EventTypeWarning, EventExpired,
-			fmt.Sprintf("%s stopped renewing; its lease (fencing token %d) lapsed, and the controller ended the grant", old.Holder, rec.Token)}}
-	case rec.Holder == "" && old.Holder != "":
-		return []lockEvent{{corev1.EventTypeNormal, EventReleased,
-			fmt.Sprintf("%s released the lock (fencing token %d)", old.Holder, cur.FencingToken)}}
-	case rec.Holder == "" || rec.Holder != old.Holder:
+		return []lockEvent{grantEvent(old, rec, current)}
+	case rec.Holder == "":
+		return freedEvents(old, cur, rec, current)
+	case rec.Holder != old.Holder:
 		return nil
 	case reasonNow(locksv1alpha1.ReasonRevoked):
 		return nil // the controller's own revocation is reported as Revoked
@@ -251,6 +223,50 @@ func transitionEvents(old, cur locksv1alpha1.DistributedLockStatus, rec lease.Re
 	case !reasonNow(locksv1alpha1.ReasonExpired) && reasonBefore(locksv1alpha1.ReasonExpired):
 		return []lockEvent{{corev1.EventTypeWarning, EventRenewed,
 			fmt.Sprintf("%s renewed after its lease had lapsed (fencing token %d); writes it made meanwhile must be fenced", rec.Holder, rec.Token)}}
+	}
+	return nil
+}
+
+// grantEvent names a new grant to rec.Holder: handed off by the old holder,
+// taken over from it, or acquired.
+func grantEvent(old locksv1alpha1.DistributedLockStatus, rec lease.Record, current *coordinationv1.Lease) lockEvent {
+	if by := current.Annotations[locksv1alpha1.HandedOffByAnnotation]; by != "" && by == old.Holder {
+		return lockEvent{corev1.EventTypeNormal, EventHandedOff,
+			fmt.Sprintf("%s released the lock and handed it to %s, the first in its queue, with fencing token %d", by, rec.Holder, rec.Token)}
+	}
+	if old.Holder != "" && old.Holder != rec.Holder {
+		return lockEvent{corev1.EventTypeNormal, EventTakenOver,
+			fmt.Sprintf("%s took the lock over from %s with fencing token %d", rec.Holder, old.Holder, rec.Token)}
+	}
+	return lockEvent{corev1.EventTypeNormal, EventAcquired,
+		fmt.Sprintf("%s acquired the lock with fencing token %d", rec.Holder, rec.Token)}
+}
+
+// freedEvents names how the lock became free: released (seen or not),
+// broken, or lapsed. Nothing when it was free already.
+func freedEvents(old, cur locksv1alpha1.DistributedLockStatus, rec lease.Record, current *coordinationv1.Lease) []lockEvent {
+	switch {
+	case rec.Token > old.FencingToken && old.LeaseName != "" && !brokenAt(current, rec.Token):
+		// The token went up and the lock is free, but no break made it so:
+		// holders came and went while the controller was not watching.
+		return []lockEvent{{corev1.EventTypeNormal, EventReleased, fmt.Sprintf(
+			"the lock is free at fencing token %d; it was granted and released %d time(s) since the controller last recorded it (token %d, held by %s)",
+			rec.Token, rec.Token-old.FencingToken, old.FencingToken, orNobody(old.Holder))}}
+	case rec.Token > old.FencingToken && old.LeaseName != "":
+		// A recorded lock whose token a break raised.
+		if old.Holder != "" {
+			return []lockEvent{{corev1.EventTypeWarning, EventBroken, fmt.Sprintf(
+				"the lock was broken: the grant of %s (fencing token %d) was voided and the fencing token raised to %d",
+				old.Holder, old.FencingToken, rec.Token)}}
+		}
+		return []lockEvent{{corev1.EventTypeWarning, EventBroken, fmt.Sprintf(
+			"the lock was broken while free: the fencing token was raised from %d to %d", old.FencingToken, rec.Token)}}
+	case old.Holder != "" && rec.Lapsed:
+		return []lockEvent{{corev1.EventTypeWarning, EventExpired,
+			fmt.Sprintf("%s stopped renewing; its lease (fencing token %d) lapsed, and the controller ended the grant", old.Holder, rec.Token)}}
+	case old.Holder != "":
+		return []lockEvent{{corev1.EventTypeNormal, EventReleased,
+			fmt.Sprintf("%s released the lock (fencing token %d)", old.Holder, cur.FencingToken)}}
 	}
 	return nil
 }

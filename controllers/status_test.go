@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
@@ -25,14 +24,14 @@ func makeLease(holder string, transitions, duration int32, acquire, renew time.T
 	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: "billing", Namespace: "ns"},
 		Spec: coordinationv1.LeaseSpec{
-			LeaseTransitions:     ptr.To(transitions),
-			LeaseDurationSeconds: ptr.To(duration),
+			LeaseTransitions:     new(transitions),
+			LeaseDurationSeconds: new(duration),
 		},
 	}
 	if holder != "" {
-		l.Spec.HolderIdentity = ptr.To(holder)
-		l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(acquire))
-		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(renew))
+		l.Spec.HolderIdentity = new(holder)
+		l.Spec.AcquireTime = new(metav1.NewMicroTime(acquire))
+		l.Spec.RenewTime = new(metav1.NewMicroTime(renew))
 	}
 	return l
 }
@@ -54,8 +53,8 @@ func revokedLease(l *coordinationv1.Lease) *coordinationv1.Lease {
 func heldStatus(holder string, token int64, acquire, renew time.Time, heldReason string) locksv1alpha1.DistributedLockStatus {
 	st := locksv1alpha1.DistributedLockStatus{Holder: holder, FencingToken: token, LeaseName: "billing"}
 	if holder != "" {
-		st.AcquireTime = ptr.To(metav1.NewMicroTime(acquire))
-		st.RenewTime = ptr.To(metav1.NewMicroTime(renew))
+		st.AcquireTime = new(metav1.NewMicroTime(acquire))
+		st.RenewTime = new(metav1.NewMicroTime(renew))
 	}
 	status := metav1.ConditionFalse
 	if heldReason == locksv1alpha1.ReasonHeld {

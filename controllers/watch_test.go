@@ -7,7 +7,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
@@ -57,7 +56,7 @@ func TestRoutineWriteIsRenewalOrQueueOnly(t *testing.T) {
 		}, false},
 		{"deletion started", base, func(l *coordinationv1.Lease) *coordinationv1.Lease {
 			out := l.DeepCopy()
-			out.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+			out.DeletionTimestamp = new(metav1.NewTime(t0))
 			return out
 		}, false},
 	} {

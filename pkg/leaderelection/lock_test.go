@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
-	testingclock "k8s.io/utils/clock/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -29,7 +29,7 @@ var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 type fixture struct {
 	t     *testing.T
 	cs    *fake.Clientset
-	clock *testingclock.FakeClock
+	clock *clocktesting.FakeClock
 	lock  *Lock
 }
 
@@ -40,9 +40,9 @@ func newFixture(t *testing.T) *fixture {
 
 // newFixtureWithClock builds the fixture's Lock on clk, or on the fake
 // clock itself when clk is nil.
-func newFixtureWithClock(t *testing.T, clk func(*testingclock.FakeClock) clock.WithDelayedExecution) *fixture {
+func newFixtureWithClock(t *testing.T, clk func(*clocktesting.FakeClock) clock.WithDelayedExecution) *fixture {
 	t.Helper()
-	f := &fixture{t: t, cs: fake.NewClientset(freeLease()), clock: testingclock.NewFakeClock(t0)}
+	f := &fixture{t: t, cs: fake.NewClientset(freeLease()), clock: clocktesting.NewFakeClock(t0)}
 	var c clock.WithDelayedExecution = f.clock
 	if clk != nil {
 		c = clk(f.clock)
@@ -191,7 +191,7 @@ func TestRenewalsMoveTheWindow(t *testing.T) {
 	f.clock.SetTime(t0.Add(2500 * time.Millisecond)) // past the first window
 	live(t, term.Context(), "after a renewal")
 	f.clock.SetTime(t0.Add(2860 * time.Millisecond))
-	ended(t, term.Context())
+	_ = ended(t, term.Context())
 }
 
 func TestFailedRenewalsDoNotEndTheTermBeforeItsWindow(t *testing.T) {
@@ -206,7 +206,7 @@ func TestFailedRenewalsDoNotEndTheTermBeforeItsWindow(t *testing.T) {
 	}
 	live(t, term.Context(), "after one failed renewal")
 	f.clock.SetTime(t0.Add(1860 * time.Millisecond))
-	ended(t, term.Context())
+	_ = ended(t, term.Context())
 }
 
 func TestAnAnswerTooLateBeginsNoTerm(t *testing.T) {
@@ -247,7 +247,7 @@ func TestAnotherHolderOrTokenOnTheLeaseEndsTheTerm(t *testing.T) {
 	}
 
 	f.setLease(func(l *coordinationv1.Lease) {
-		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("other"), ptr.To[int32](6)
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = new("other"), ptr.To[int32](6)
 	})
 	if _, _, err := f.lock.Get(context.Background()); err != nil {
 		t.Fatal(err)
@@ -296,7 +296,7 @@ func TestADeletedLeaseIsNeitherRenewedNorCreatedAgain(t *testing.T) {
 	f := newFixture(t)
 	term := f.lead()
 	f.setLease(func(l *coordinationv1.Lease) {
-		l.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
+		l.DeletionTimestamp = new(metav1.NewTime(t0))
 		l.Finalizers = []string{"locks.frontdesk.dev/fencing-token"}
 	})
 	err := f.renew(1)

@@ -13,7 +13,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/utils/clock"
-	testingclock "k8s.io/utils/clock/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -48,6 +48,7 @@ func (f *fixture) failWrites(next *outcome) {
 			return true, nil, context.DeadlineExceeded
 		case refused:
 			return true, nil, errors.New("connection refused")
+		case answered:
 		}
 		return false, nil, nil
 	})
@@ -110,7 +111,7 @@ func TestWindowCountsFromTheFirstSendingOfTheRecord(t *testing.T) {
 			f.clock.SetTime(want.Add(-time.Millisecond))
 			live(t, term.Context(), "1ms before ValidUntil")
 			f.clock.SetTime(want)
-			ended(t, term.Context())
+			_ = ended(t, term.Context())
 		})
 	}
 }
@@ -154,16 +155,16 @@ func TestARenewTimeOlderThanOneSentEndsTheTerm(t *testing.T) {
 
 // stalledTimers is a clock whose timers never fire: the goroutine that
 // would end a Term at ValidUntil has not run yet.
-type stalledTimers struct{ *testingclock.FakeClock }
+type stalledTimers struct{ *clocktesting.FakeClock }
 
 func (stalledTimers) AfterFunc(time.Duration, func()) clock.Timer {
-	return testingclock.NewFakeClock(time.Time{}).NewTimer(time.Hour)
+	return clocktesting.NewFakeClock(time.Time{}).NewTimer(time.Hour)
 }
 
 // Err and Lock.Term compare the clock with ValidUntil themselves: the Term
 // is over at ValidUntil even when the timer's goroutine has not run.
 func TestErrAndTermCheckTheClockThemselves(t *testing.T) {
-	f := newFixtureWithClock(t, func(c *testingclock.FakeClock) clock.WithDelayedExecution { return stalledTimers{c} })
+	f := newFixtureWithClock(t, func(c *clocktesting.FakeClock) clock.WithDelayedExecution { return stalledTimers{c} })
 	term := f.lead()
 	f.clock.SetTime(term.ValidUntil().Add(-time.Millisecond))
 	if err := term.Err(); err != nil {
@@ -183,7 +184,7 @@ func TestErrAndTermCheckTheClockThemselves(t *testing.T) {
 		t.Fatal("Lock.Term returned a Term whose window is over")
 	}
 
-	g := newFixtureWithClock(t, func(c *testingclock.FakeClock) clock.WithDelayedExecution { return stalledTimers{c} })
+	g := newFixtureWithClock(t, func(c *clocktesting.FakeClock) clock.WithDelayedExecution { return stalledTimers{c} })
 	second := g.lead()
 	g.clock.SetTime(second.ValidUntil())
 	if g.lock.Term() != nil {
@@ -211,8 +212,7 @@ func TestTheElectorWaitsForTheLeaseInsteadOfCreatingIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: lk, LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 20 * time.Millisecond,
 		Callbacks: leaderelection.LeaderCallbacks{OnStartedLeading: func(context.Context) {}, OnStoppedLeading: func() {}},

@@ -25,7 +25,7 @@ import (
 // patches of writes.go its ending of a lapsed grant, its removal of
 // passed-over places and the grants of lock-admitted pods.
 
-// ErrTokensExhausted: the Lease's leaseTransitions is at the largest value
+// ErrTokensExhausted means the Lease's leaseTransitions is at the largest value
 // an int32 holds, so no further grant can carry a higher fencing token until
 // the controller starts a new token epoch (see Token).
 var ErrTokensExhausted = errors.New("fencing tokens of this epoch exhausted: leaseTransitions is at its maximum (2147483647); " +
@@ -63,13 +63,13 @@ func setToken(l *coordinationv1.Lease, token int64) {
 		}
 		l.Annotations[locksv1alpha1.TokenEpochAnnotation] = strconv.FormatInt(epoch, 10)
 	}
-	l.Spec.LeaseTransitions = ptr.To(transitions)
+	l.Spec.LeaseTransitions = new(transitions)
 }
 
 // Exhausted reports whether l's leaseTransitions is at its maximum: no grant
 // can be made on it in this token epoch.
 func Exhausted(l *coordinationv1.Lease) bool {
-	return ptr.Deref(l.Spec.LeaseTransitions, 0) >= math.MaxInt32
+	return ptr.Deref(l.Spec.LeaseTransitions, 0) == math.MaxInt32
 }
 
 // Holder is the Lease's spec.holderIdentity ("" when unset).
@@ -89,10 +89,10 @@ func Grant(current *coordinationv1.Lease, identity string, duration time.Duratio
 	l := current.DeepCopy()
 	forgetHandOff(l)
 	t := metav1.NewMicroTime(now)
-	l.Spec.HolderIdentity = ptr.To(identity)
-	l.Spec.LeaseTransitions = ptr.To(next)
-	l.Spec.LeaseDurationSeconds = ptr.To(durationSeconds(duration))
-	l.Spec.AcquireTime, l.Spec.RenewTime = &t, ptr.To(t)
+	l.Spec.HolderIdentity = new(identity)
+	l.Spec.LeaseTransitions = new(next)
+	l.Spec.LeaseDurationSeconds = new(durationSeconds(duration))
+	l.Spec.AcquireTime, l.Spec.RenewTime = &t, new(t)
 	return relabelFront(l), nil
 }
 
@@ -100,8 +100,8 @@ func Grant(current *coordinationv1.Lease, identity string, duration time.Duratio
 // duration; holder and token are unchanged.
 func Renew(current *coordinationv1.Lease, duration time.Duration, now time.Time) *coordinationv1.Lease {
 	l := current.DeepCopy()
-	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-	l.Spec.LeaseDurationSeconds = ptr.To(durationSeconds(duration))
+	l.Spec.RenewTime = new(metav1.NewMicroTime(now))
+	l.Spec.LeaseDurationSeconds = new(durationSeconds(duration))
 	return relabelFront(l)
 }
 
@@ -123,7 +123,7 @@ func Break(current *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 		return nil, err
 	}
 	l := Release(current)
-	l.Spec.LeaseTransitions = ptr.To(next)
+	l.Spec.LeaseTransitions = new(next)
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
@@ -165,7 +165,7 @@ func forgetHandOff(l *coordinationv1.Lease) {
 // nextToken is the token a new grant or break of current carries.
 func nextToken(current *coordinationv1.Lease) (int32, error) {
 	token := ptr.Deref(current.Spec.LeaseTransitions, 0)
-	if token >= math.MaxInt32 {
+	if token == math.MaxInt32 {
 		return 0, ErrTokensExhausted
 	}
 	return token + 1, nil

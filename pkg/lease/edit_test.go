@@ -16,7 +16,7 @@ func heldLease(holder string, token int32) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: "billing", ResourceVersion: "42"},
 		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity: ptr.To(holder), LeaseTransitions: ptr.To(token), LeaseDurationSeconds: ptr.To[int32](15),
+			HolderIdentity: new(holder), LeaseTransitions: new(token), LeaseDurationSeconds: ptr.To[int32](15),
 			AcquireTime: &t, RenewTime: &t,
 		},
 	}

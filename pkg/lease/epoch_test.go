@@ -7,7 +7,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
@@ -52,7 +51,7 @@ func TestLapseMarkDoesNotOutliveItsEpoch(t *testing.T) {
 				}
 			}
 			if markToken > 5 { // stands for the grants in between
-				l.Spec.LeaseTransitions = ptr.To(int32(markToken))
+				l.Spec.LeaseTransitions = new(int32(markToken))
 			}
 			if Lapsed(l) {
 				t.Errorf("BROKEN: the live grant of %s with token %d (epoch 1) counts as lapsed: the lapse mark %q of epoch 0 survived NewEpoch",

@@ -40,7 +40,7 @@ const (
 	MaxQueue = 1000
 )
 
-// ErrQueueFull: the queue already has MaxQueue waiters.
+// ErrQueueFull means the queue already has MaxQueue waiters.
 var ErrQueueFull = errors.New("the lock's queue of waiters is full")
 
 // Waiter is one place in the queue.

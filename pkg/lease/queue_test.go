@@ -16,8 +16,9 @@ import (
 )
 
 func tickets(l *coordinationv1.Lease) []string {
-	var out []string
-	for _, w := range Queue(l) {
+	q := Queue(l)
+	out := make([]string, 0, len(q))
+	for _, w := range q {
 		out = append(out, w.Ticket)
 	}
 	return out
@@ -178,8 +179,9 @@ func TestRegisteredKeepsOrderBehindExistingPlaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, w := range Queue(out) {
+	q := Queue(out)
+	got := make([]string, 0, len(q))
+	for _, w := range q {
 		got = append(got, w.Ticket)
 	}
 	if want := []string{"t0", "pod-1", "pod-2"}; !slices.Equal(got, want) {

@@ -14,11 +14,11 @@ var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 func held(holder string, transitions int32, renew time.Time) *coordinationv1.Lease {
 	return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
-		HolderIdentity:       ptr.To(holder),
-		LeaseTransitions:     ptr.To(transitions),
+		HolderIdentity:       new(holder),
+		LeaseTransitions:     new(transitions),
 		LeaseDurationSeconds: ptr.To[int32](15),
-		AcquireTime:          ptr.To(metav1.NewMicroTime(t0)),
-		RenewTime:            ptr.To(metav1.NewMicroTime(renew)),
+		AcquireTime:          new(metav1.NewMicroTime(t0)),
+		RenewTime:            new(metav1.NewMicroTime(renew)),
 	}}
 }
 

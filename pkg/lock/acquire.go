@@ -121,7 +121,7 @@ func (c *Client) Acquire(ctx context.Context) (_ *Grant, err error) {
 			}
 			// Withheld: the next grant is judged on the lock as read now.
 			err, read = cerr, nil
-			if fresh, _, rerr := c.resolve(ctx, false); rerr == nil {
+			if fresh, rerr := c.resolve(ctx, false); rerr == nil {
 				info = fresh
 			}
 		}

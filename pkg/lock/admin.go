@@ -16,11 +16,11 @@ import (
 // in the same write. It is a compare-and-swap; when another identity holds
 // the lock nothing changes and the error is ErrNotHolder.
 func (c *Client) Release(ctx context.Context) error {
-	info, _, err := c.resolve(ctx, false)
+	info, err := c.resolve(ctx, false)
 	if err != nil {
 		return err
 	}
-	_, err = c.modifyLease(ctx, info, func(l *coordinationv1.Lease) (*lease.Patch, error) {
+	err = c.modifyLease(ctx, info, func(l *coordinationv1.Lease) (*lease.Patch, error) {
 		if !controlledBy(l, info.uid) && l.Labels[locksv1alpha1.LockNameLabel] != c.cfg.Name {
 			return nil, fmt.Errorf("%w: Lease %s/%s is not lock %s's; nothing released", ErrLeaseUnavailable, c.cfg.Namespace, l.Name, c.LockName())
 		}
@@ -52,11 +52,11 @@ type BreakResult struct {
 // for operators; holders use Grant.Release.
 func (c *Client) Break(ctx context.Context) (BreakResult, error) {
 	var res BreakResult
-	info, _, err := c.resolve(ctx, true)
+	info, err := c.resolve(ctx, true)
 	if err != nil {
 		return res, err
 	}
-	_, err = c.modifyLease(ctx, info, func(l *coordinationv1.Lease) (*lease.Patch, error) {
+	err = c.modifyLease(ctx, info, func(l *coordinationv1.Lease) (*lease.Patch, error) {
 		if !controlledBy(l, info.uid) {
 			return nil, fmt.Errorf("%w: Lease %s/%s is not managed by lock %s (not adopted yet, owned by something else, or a retired record); nothing broken",
 				ErrLeaseUnavailable, c.cfg.Namespace, l.Name, c.LockName())

@@ -239,19 +239,19 @@ func (c *Client) GetLock(ctx context.Context) (*locksv1alpha1.DistributedLock, e
 }
 
 // resolve returns the lock's Lease name and duration, reading the lock when
-// asked to or when nothing is cached. It also returns the lock when read.
-func (c *Client) resolve(ctx context.Context, refresh bool) (lockInfo, *locksv1alpha1.DistributedLock, error) {
+// asked to or when nothing is cached.
+func (c *Client) resolve(ctx context.Context, refresh bool) (lockInfo, error) {
 	c.mu.Lock()
 	cached := c.info
 	c.reads++
 	seq := c.reads
 	c.mu.Unlock()
 	if cached != nil && !refresh {
-		return *cached, nil, nil
+		return *cached, nil
 	}
 	lock, err := c.GetLock(ctx)
 	if err != nil {
-		return lockInfo{}, nil, err
+		return lockInfo{}, err
 	}
 	info := lockInfo{uid: lock.UID, leaseName: lock.Status.LeaseName, recorded: lock.Status.FencingToken,
 		recordedHolder: lock.Status.Holder, duration: time.Duration(lock.EffectiveLeaseDurationSeconds()) * time.Second,
@@ -267,7 +267,7 @@ func (c *Client) resolve(ctx context.Context, refresh bool) (lockInfo, *locksv1a
 		c.info, c.infoSeq = &info, seq
 	}
 	c.mu.Unlock()
-	return info, lock, nil
+	return info, nil
 }
 
 // floor is the highest token known to have been granted or recorded for

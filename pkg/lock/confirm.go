@@ -28,13 +28,13 @@ func (c *Client) startLockRead(ctx context.Context) (lockInfo, *lockRead, error)
 	cached := c.info
 	c.mu.Unlock()
 	if cached == nil {
-		info, _, err := c.resolve(ctx, true)
+		info, err := c.resolve(ctx, true)
 		return info, nil, err
 	}
 	r := &lockRead{done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		r.info, _, r.err = c.resolve(ctx, true)
+		r.info, r.err = c.resolve(ctx, true)
 	}()
 	return *cached, r, nil
 }

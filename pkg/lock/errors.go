@@ -8,29 +8,29 @@ import (
 )
 
 var (
-	// ErrHeld: another holder owns the lock and its lease has not lapsed as
+	// ErrHeld means another holder owns the lock and its lease has not lapsed as
 	// observed by this client (or the controller). Matched by *HeldError.
 	ErrHeld = errors.New("lock is held by another holder")
-	// ErrNotHolder: a release (or renewal) by an identity that does not hold
-	// the lock. Nothing was changed.
+	// ErrNotHolder means a release (or renewal) came from an identity that
+	// does not hold the lock. Nothing was changed.
 	ErrNotHolder = errors.New("not the holder of the lock")
-	// ErrLost: a grant ended without being released: taken over, broken,
+	// ErrLost means a grant ended without being released: taken over, broken,
 	// deleted, or not renewed in time.
 	ErrLost = errors.New("lock lease lost")
 	// ErrReleased is the cause of a grant's Context after Release.
 	ErrReleased = errors.New("lock released")
-	// ErrLockNotFound: the DistributedLock does not exist.
+	// ErrLockNotFound means the DistributedLock does not exist.
 	ErrLockNotFound = errors.New("distributedlock not found")
-	// ErrLeaseUnavailable: the lock's Lease is missing or being deleted; the
+	// ErrLeaseUnavailable means the lock's Lease is missing or being deleted; the
 	// controller recreates it.
 	ErrLeaseUnavailable = errors.New("lease unavailable")
-	// ErrAnsweredTooLate: the Lease was granted to this client, but the
+	// ErrAnsweredTooLate means the Lease was granted to this client, but the
 	// answer came back after the grant's safe window, so it was not handed
 	// out: others may already hold the lock. The unusable grant keeps the
 	// lock while the caller waits on (until it lapses), and is released
 	// when the caller gives up, so this matches ErrHeld too.
 	ErrAnsweredTooLate = fmt.Errorf("%w: the grant's answer came back too late to use", ErrHeld)
-	// ErrIdentityInUse: another process holds the lock, or waits for it,
+	// ErrIdentityInUse means another process holds the lock, or waits for it,
 	// under this client's identity. Matched by *IdentityInUseError.
 	ErrIdentityInUse = errors.New("identity in use by another client of the lock")
 )

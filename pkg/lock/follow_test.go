@@ -8,7 +8,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
@@ -43,7 +42,7 @@ func TestLandedUncertainNeedsTheAttemptsNonce(t *testing.T) {
 	granted := func(holder string, token int32, nonce string) *coordinationv1.Lease {
 		l := &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{locksv1alpha1.GrantNonceAnnotation: nonce}},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseTransitions: ptr.To(token)},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: new(holder), LeaseTransitions: new(token)},
 		}
 		return l
 	}

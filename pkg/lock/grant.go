@@ -402,8 +402,7 @@ func lostBecause(reason, format string, args ...any) error {
 
 // lossReason is the metric label of a loss.
 func lossReason(err error) string {
-	var le *lossError
-	if errors.As(err, &le) {
+	if le, ok := errors.AsType[*lossError](err); ok {
 		return le.reason
 	}
 	return "other"

@@ -44,7 +44,7 @@ func (c *Client) lockRecreated(ctx context.Context, l *coordinationv1.Lease, inf
 	if uid == "" || uid == info.uid || l.Labels[locksv1alpha1.LockNameLabel] != c.cfg.Name {
 		return info, false
 	}
-	fresh, _, err := c.resolve(ctx, true)
+	fresh, err := c.resolve(ctx, true)
 	if err != nil || fresh.uid != uid || fresh.leaseName != info.leaseName {
 		return info, false
 	}

@@ -99,7 +99,7 @@ func leftoverOfGrant(l *coordinationv1.Lease) leftover {
 func (c *Client) clearLeftover(ctx context.Context, info lockInfo, lo leftover) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err := c.modifyLease(ctx, info, func(l *coordinationv1.Lease) (*lease.Patch, error) {
+	err := c.modifyLease(ctx, info, func(l *coordinationv1.Lease) (*lease.Patch, error) {
 		if lo.grantOn(l, c.cfg.Identity) && c.mine(ctx, &place{}, l.Annotations[locksv1alpha1.HolderPrincipalAnnotation]) {
 			return c.releasePatch(l, info), nil
 		}

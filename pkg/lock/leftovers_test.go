@@ -5,7 +5,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
@@ -15,10 +14,10 @@ import (
 func leaseWith(holder string, token int32, annotations map[string]string) *coordinationv1.Lease {
 	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Annotations: annotations},
-		Spec:       coordinationv1.LeaseSpec{LeaseTransitions: ptr.To(token)},
+		Spec:       coordinationv1.LeaseSpec{LeaseTransitions: new(token)},
 	}
 	if holder != "" {
-		l.Spec.HolderIdentity = ptr.To(holder)
+		l.Spec.HolderIdentity = new(holder)
 	}
 	return l
 }

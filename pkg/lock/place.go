@@ -180,7 +180,7 @@ func (c *Client) leaveQueue(info lockInfo, p *place) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err := c.modifyLease(ctx, info, func(l *coordinationv1.Lease) (*lease.Patch, error) {
+	err := c.modifyLease(ctx, info, func(l *coordinationv1.Lease) (*lease.Patch, error) {
 		if handedToMe(l, c.cfg.Identity, p) || landedUncertain(l, c.cfg.Identity, p) {
 			return c.releasePatch(l, info), nil
 		}

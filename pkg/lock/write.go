@@ -122,23 +122,23 @@ func (c *Client) releasePatch(current *coordinationv1.Lease, info lockInfo) *lea
 // may refuse by returning an error, which is returned as is.
 //
 // The first attempt is exact (see writeLease), the others are not.
-func (c *Client) modifyLease(ctx context.Context, info lockInfo, edit func(l *coordinationv1.Lease) (*lease.Patch, error)) (*coordinationv1.Lease, error) {
+func (c *Client) modifyLease(ctx context.Context, info lockInfo, edit func(l *coordinationv1.Lease) (*lease.Patch, error)) error {
 	for attempt := range maxWriteAttempts {
 		current, err := c.readLease(ctx, info.leaseName)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		p, err := edit(current)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		updated, err := c.writeLease(ctx, current, p, attempt == 0)
+		_, err = c.writeLease(ctx, current, p, attempt == 0)
 		if err == nil {
-			return updated, nil
+			return nil
 		}
 		if !lostRace(err) {
-			return nil, fmt.Errorf("updating lease %s/%s: %w", c.cfg.Namespace, info.leaseName, refusal(err))
+			return fmt.Errorf("updating lease %s/%s: %w", c.cfg.Namespace, info.leaseName, refusal(err))
 		}
 	}
-	return nil, fmt.Errorf("updating lease %s/%s: the Lease changed under %d writes in a row", c.cfg.Namespace, info.leaseName, maxWriteAttempts)
+	return fmt.Errorf("updating lease %s/%s: the Lease changed under %d writes in a row", c.cfg.Namespace, info.leaseName, maxWriteAttempts)
 }
