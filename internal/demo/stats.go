@@ -35,6 +35,10 @@ type TokenStats struct {
 	// FirstMS and LastMS bound its writes, in ms since the ledger started.
 	FirstMS int64 `json:"firstMs"`
 	LastMS  int64 `json:"lastMs"`
+	// FirstChargeMS and LastChargeMS bound its accepted charges alone (0
+	// when none was accepted), in ms since the ledger started.
+	FirstChargeMS int64 `json:"firstChargeMs"`
+	LastChargeMS  int64 `json:"lastChargeMs"`
 }
 
 // Stats counts what the ledger holds.
@@ -54,7 +58,9 @@ func (l *Ledger) Stats(ctx context.Context) (Stats, error) {
 	}
 	s.Complete = complete > 0
 	rows, err := l.db.QueryContext(ctx, `
-		SELECT token, worker, sum(accepted), sum(rejected), min(at_ms), max(at_ms) FROM (
+		SELECT token, worker, sum(accepted), sum(rejected), min(at_ms), max(at_ms),
+			coalesce(min(CASE WHEN accepted = 1 THEN at_ms END), 0),
+			coalesce(max(CASE WHEN accepted = 1 THEN at_ms END), 0) FROM (
 			SELECT token, worker, 1 AS accepted, 0 AS rejected, at_ms FROM charges
 			UNION ALL
 			SELECT token, worker, 0, 1, at_ms FROM rejected)
@@ -65,7 +71,7 @@ func (l *Ledger) Stats(ctx context.Context) (Stats, error) {
 	defer rows.Close()
 	for rows.Next() {
 		var t TokenStats
-		if err := rows.Scan(&t.Token, &t.Worker, &t.Accepted, &t.Rejected, &t.FirstMS, &t.LastMS); err != nil {
+		if err := rows.Scan(&t.Token, &t.Worker, &t.Accepted, &t.Rejected, &t.FirstMS, &t.LastMS, &t.FirstChargeMS, &t.LastChargeMS); err != nil {
 			return Stats{}, fmt.Errorf("counting charges per token: %w", err)
 		}
 		s.Tokens = append(s.Tokens, t)
