@@ -132,10 +132,13 @@ func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1
 
 	var pass grantPass
 	if state.lease != nil {
-		if pass, err = r.syncGrants(ctx, lock, &state, now); err != nil {
+		pass, err = r.syncGrants(ctx, lock, &state, now)
+		// The events of the writes made are kept for the next pass if this
+		// one fails.
+		leaseEvents = append(leaseEvents, pass.events...)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
-		leaseEvents = append(leaseEvents, pass.events...)
 	}
 	obs := pass.obs
 

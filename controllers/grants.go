@@ -27,7 +27,8 @@ type grantPass struct {
 // candidates-mode grant, the grants of admitted pods, the lapse mark of a
 // grant left unrenewed, and the removal of queue places whose turn passed.
 // state.lease follows each write, and each written record is observed on
-// the controller's clock. now is when the pass read the Lease.
+// the controller's clock. now is when the pass read the Lease. On an error
+// the result still holds the events of the writes already made.
 func (r *DistributedLockReconciler) syncGrants(ctx context.Context, lock *locksv1alpha1.DistributedLock, state *leaseState,
 	now time.Time) (grantPass, error) {
 	lockKey := client.ObjectKeyFromObject(lock)

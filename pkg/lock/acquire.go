@@ -282,8 +282,8 @@ func takeHint(hint, late waitHint, err error) waitHint {
 }
 
 // clearLeftoverOn clears a grant or place this client left behind on
-// current (its release or withdrawal failed); cleared: the Lease changed
-// and is to be judged afresh. A clear that failed for a moment is a read
+// current (its release or withdrawal failed); cleared: a leftover was found
+// (cleared, or forgotten as not this client's), so judge afresh. A clear that failed for a moment is a read
 // that failed (the caller waits on); one refused was not this client's to
 // clear, and is forgotten.
 func (c *Client) clearLeftoverOn(ctx context.Context, info lockInfo, current *coordinationv1.Lease) (cleared bool, err error) {

@@ -14,15 +14,16 @@ const watchRetryDelay = time.Second
 
 // renewBackoff is the backoff of a grant's writes retried after failures in
 // a row (a renewal, the release of a lapsed grant): from a tenth of the
-// renew interval (at most 100ms, at least 1ms), doubling, up to half the
-// interval, so that retries stay well inside the safe window.
+// renew interval (at most 100ms), doubling, up to half the interval, so
+// that retries stay well inside the safe window. Each delay is taken at
+// least 1ms (renewRetryDelay).
 func renewBackoff(interval time.Duration) wait.Backoff {
-	return wait.Backoff{
-		Duration: max(min(interval/10, 100*time.Millisecond), time.Millisecond),
-		Factor:   2,
-		Steps:    math.MaxInt32,
-		Cap:      max(interval/2, time.Millisecond),
-	}
+	return wait.Backoff{Duration: min(interval/10, 100*time.Millisecond), Factor: 2, Steps: math.MaxInt32, Cap: interval / 2}
+}
+
+// renewRetryDelay is the next delay of b, a renewBackoff: at least 1ms.
+func renewRetryDelay(b *wait.Backoff) time.Duration {
+	return max(b.Step(), time.Millisecond)
 }
 
 // watchBackoff is the backoff of a waiter whose watches of the Lease could

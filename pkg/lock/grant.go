@@ -197,7 +197,7 @@ func (g *Grant) renewLoop(first time.Duration) {
 			g.lastRenewErr = err
 			left := g.validUntil.Sub(g.client.cfg.Clock.Now())
 			g.mu.Unlock()
-			retry := retries.Step()
+			retry := renewRetryDelay(&retries)
 			g.client.cfg.Metrics.renewed(g.client.cfg.Namespace, g.client.cfg.Name, err)
 			g.log.Error(err, "renewal failed; retrying within the safe window", "failures", failures,
 				"retryIn", retry, "safeFor", left.Round(time.Millisecond))
@@ -325,7 +325,7 @@ func (g *Grant) releaseLapsed() {
 		}
 		select {
 		case <-ctx.Done():
-		case <-clk.After(retries.Step()):
+		case <-clk.After(renewRetryDelay(&retries)):
 		}
 	}
 }

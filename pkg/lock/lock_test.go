@@ -30,12 +30,14 @@ func TestRenewBackoffStaysWithinTheInterval(t *testing.T) {
 		{1, 300 * time.Millisecond, 30 * time.Millisecond},
 		{4, 300 * time.Millisecond, 150 * time.Millisecond},
 		{1, time.Millisecond, time.Millisecond},
+		{2, 5 * time.Millisecond, time.Millisecond},
+		{3, 8 * time.Millisecond, 3200 * time.Microsecond},
 	}
 	for _, c := range cases {
 		b := renewBackoff(c.interval)
 		var got time.Duration
 		for range c.failures {
-			got = b.Step()
+			got = renewRetryDelay(&b)
 		}
 		if got != c.want {
 			t.Errorf("retry %d of renewBackoff(%s) = %s, want %s", c.failures, c.interval, got, c.want)
