@@ -14,8 +14,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)

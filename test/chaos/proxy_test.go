@@ -1,6 +1,6 @@
 package chaos
 
-import testutil "github.com/frontdesk-dev/frontdesk/test/util"
+import "github.com/frontdesk-dev/frontdesk/internal/testutil"
 
 // The TCP fault proxy is testutil.Proxy, shared with the integration suite.
 type (

@@ -18,7 +18,7 @@ import (
 
 	"github.com/frontdesk-dev/frontdesk/internal/cli"
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 )
 
 var (

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 // workerEnv makes the test binary run as a chaos worker process.

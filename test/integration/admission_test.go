@@ -25,8 +25,8 @@ import (
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 	"github.com/frontdesk-dev/frontdesk/internal/manifests"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 // gatedPod creates a pod that runs holding lockName: the participant label,

@@ -22,8 +22,8 @@ import (
 
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 	"github.com/frontdesk-dev/frontdesk/internal/manager"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 const managerSA = "system:serviceaccount:frontdesk-system:frontdesk-controller-manager"

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/frontdesk-dev/frontdesk/internal/manifests"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 )
 
 const (

@@ -23,7 +23,7 @@ import (
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 	"github.com/frontdesk-dev/frontdesk/internal/manager"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 )
 
 // pluginEnv runs kubectl-dlock against kubeconfig with extra environment

@@ -18,7 +18,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 )
 
 // cpuHog keeps one core busy until the test ends (pinned to core 0 where

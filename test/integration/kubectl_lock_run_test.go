@@ -23,7 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/frontdesk-dev/frontdesk/internal/cli"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 )
 
 // appendLine appends line to the file at path with one O_APPEND write, so

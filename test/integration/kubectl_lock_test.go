@@ -17,8 +17,8 @@ import (
 
 	"github.com/frontdesk-dev/frontdesk/internal/cli"
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 var (

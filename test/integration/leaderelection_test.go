@@ -23,8 +23,8 @@ import (
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/controllers"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/leaderelection"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 // tokenIn parses the number that follows prefix in line.

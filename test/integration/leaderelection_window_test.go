@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
 
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/leaderelection"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 // Election timings of the window tests: each of the leader's requests is

@@ -11,9 +11,9 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 // newFlakyWritesClient is a lock client whose Lease writes (PUT, PATCH)

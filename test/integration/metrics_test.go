@@ -12,7 +12,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 )
 
 // scrape fetches the manager's /metrics.

@@ -23,8 +23,8 @@ import (
 	"github.com/frontdesk-dev/frontdesk/controllers"
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 	"github.com/frontdesk-dev/frontdesk/internal/manifests"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 func createPod(t *testing.T, ns, name string, labels map[string]string, ready bool) *corev1.Pod {

@@ -28,8 +28,8 @@ import (
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 	"github.com/frontdesk-dev/frontdesk/internal/manager"
 	"github.com/frontdesk-dev/frontdesk/internal/manifests"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 // The flood and the holders of TestLeasePriorityKeepsRenewalsOnTime.

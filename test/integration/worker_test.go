@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
-	testutil "github.com/frontdesk-dev/frontdesk/test/util"
 )
 
 // workerEnv makes the test binary run as a lock-holding worker process

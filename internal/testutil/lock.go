@@ -1,5 +1,6 @@
-// Package util holds builders and helpers shared by frontdesk's tests.
-package util
+// Package testutil holds builders and helpers shared by frontdesk's tests:
+// the controllers' unit tests and the integration and chaos suites.
+package testutil
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
