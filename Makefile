@@ -69,7 +69,7 @@ test: manifests generate fmt vet k8s-binaries test-alerts ## Run unit and integr
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./... -p 1 -count=1 -timeout 25m $(GO_TEST_FLAGS)
 
 # Packages whose tests need no apiserver: pure logic, fake clocks.
-UNIT_PKGS = $(shell go list ./... | grep -v -E '/test/(integration|chaos|e2e)$$|/internal/(bench|demo|localrun)$$')
+UNIT_PKGS = $(shell go list ./... | grep -v -E '/test/(integration|chaos|e2e|bench|demo)$$|/internal/localrun$$')
 
 .PHONY: test-unit
 test-unit: manifests generate fmt vet ## Unit tests only: no apiserver, with -race (seconds).
@@ -141,13 +141,13 @@ DEMO_FLAGS ?= --fast
 
 .PHONY: demo
 demo: manifests generate k8s-binaries ## Run the billing scenario without and with fencing (DEMO_FLAGS= for the full size).
-	go build -o $(LOCALBIN)/frontdesk-demo ./cmd/frontdesk-demo
+	go build -o $(LOCALBIN)/frontdesk-demo ./test/cmd/frontdesk-demo
 	$(LOCALBIN)/frontdesk-demo --assets "$(K8S_BIN)" $(DEMO_FLAGS)
 
 .PHONY: bench
 bench: manifests generate k8s-binaries ## Lock latencies, then frontdesk vs etcd Mutex vs Redis side by side, on a local control plane.
 	hack/ensure-redis.sh
-	go build -o $(LOCALBIN)/frontdesk-bench ./cmd/frontdesk-bench
+	go build -o $(LOCALBIN)/frontdesk-bench ./test/cmd/frontdesk-bench
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" $(LOCALBIN)/frontdesk-bench $(BENCH_FLAGS)
 
 # Image for the kubectl-dlock plugin.
@@ -155,7 +155,7 @@ PLUGIN_IMG ?= frontdesk-kubectl-dlock:latest
 
 .PHONY: bench-cost
 bench-cost: manifests generate k8s-binaries ## Measure the controller's RSS and status lag with 1,000 and 10,000 locks.
-	KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./cmd/frontdesk-bench --cost 1000,10000 $(BENCH_FLAGS)
+	KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./test/cmd/frontdesk-bench --cost 1000,10000 $(BENCH_FLAGS)
 
 .PHONY: docker-build
 docker-build: ## Build the manager and kubectl-dlock images (needs a container engine).

@@ -29,7 +29,7 @@ mkdir -p "$work/bin"
 cd "$root"
 export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 nice -n 19 go build -trimpath -ldflags="-s -w" -o "$work/bin/manager" .
-nice -n 19 go build -trimpath -ldflags="-s -w" -o "$work/bin/" ./cmd/kubectl-dlock ./cmd/frontdesk-demo
+nice -n 19 go build -trimpath -ldflags="-s -w" -o "$work/bin/" ./cmd/kubectl-dlock ./test/cmd/frontdesk-demo
 
 # image NAME BINARY [busybox]: one image with /BINARY as its entrypoint.
 image() {

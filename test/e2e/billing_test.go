@@ -10,7 +10,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/frontdesk-dev/frontdesk/internal/demo"
+	"github.com/frontdesk-dev/frontdesk/test/demo"
 )
 
 // TestBillingScenario is the billing scenario as pods: 10 worker pods

@@ -21,7 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/frontdesk-dev/frontdesk/internal/demo"
+	"github.com/frontdesk-dev/frontdesk/test/demo"
 )
 
 func main() {

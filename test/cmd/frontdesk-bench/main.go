@@ -20,7 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/frontdesk-dev/frontdesk/internal/bench"
+	"github.com/frontdesk-dev/frontdesk/test/bench"
 )
 
 var (
