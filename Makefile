@@ -19,6 +19,11 @@ KUSTOMIZE ?= $(KUBECTL) kustomize
 # Go test flags for `make test`; override, e.g. GO_TEST_FLAGS='-run TestLease -v'.
 GO_TEST_FLAGS ?=
 
+# The test module (test/go.mod): the suites, the benchmark and the demo, with
+# the dependencies only they use. Targets that cover every package run each
+# command in the root module and then in this one.
+TEST_MODULE ?= test
+
 .PHONY: all
 all: build
 
@@ -39,17 +44,19 @@ generate: controller-gen ## Generate DeepCopy methods.
 	$(CONTROLLER_GEN) object paths="./api/..."
 
 .PHONY: fmt
-fmt: ## Run go fmt.
+fmt: ## Run go fmt (both modules).
 	go fmt ./...
+	cd $(TEST_MODULE) && go fmt ./...
 
 .PHONY: vet
-vet: ## Run go vet.
+vet: ## Run go vet (both modules; the e2e suite's build tag too).
 	go vet ./...
+	cd $(TEST_MODULE) && go vet -tags e2e ./...
 
 # Go modules `make lint` checks, as directories: each module that holds
-# product or test code. The test module (test/go.mod) is added by itself once
-# it exists; override, e.g. LINT_MODULES=test.
-LINT_MODULES ?= . $(if $(wildcard test/go.mod),test)
+# product or test code, the root and the test module; override, e.g.
+# LINT_MODULES=test.
+LINT_MODULES ?= . $(TEST_MODULE)
 
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint.
@@ -61,23 +68,30 @@ lint: golangci-lint ## Run golangci-lint.
 .PHONY: test
 test: manifests generate fmt vet k8s-binaries test-alerts ## Run unit and integration tests against a real kube-apiserver and etcd, and the alerts' promtool tests.
 	hack/ensure-redis.sh
-	go test -count=1 -exec true ./... # build every test binary in parallel, run none
+	# Build every test binary in parallel, run none.
+	go test -count=1 -exec true ./...
+	cd $(TEST_MODULE) && go test -count=1 -exec true ./...
 	# One package at a time: each starts its own etcd, kube-apiserver and
 	# manager, and leases of a few seconds should not lapse because another
 	# package's control plane took the CPU (a lapse is correct then, but not
 	# what those tests check).
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./... -p 1 -count=1 -timeout 25m $(GO_TEST_FLAGS)
+	cd $(TEST_MODULE) && KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./... -p 1 -count=1 -timeout 25m $(GO_TEST_FLAGS)
 
-# Packages whose tests need no apiserver: pure logic, fake clocks.
-UNIT_PKGS = $(shell go list ./... | grep -v -E '/test/(integration|chaos|e2e|bench|demo)$$|/internal/localrun$$')
+# Packages whose tests need no apiserver: pure logic, fake clocks. The root
+# module's and the test module's are listed apart (go test takes one module).
+UNIT_PKGS = $(shell go list ./... | grep -v -E '/internal/localrun$$')
+TEST_UNIT_PKGS = $(shell cd $(TEST_MODULE) && go list ./... | grep -v -E '/test/(integration|chaos|e2e|bench|demo)$$')
 
 .PHONY: test-unit
 test-unit: manifests generate fmt vet ## Unit tests only: no apiserver, with -race (seconds).
 	go test -race -count=1 $(UNIT_PKGS) $(GO_TEST_FLAGS)
+	cd $(TEST_MODULE) && go test -race -count=1 $(TEST_UNIT_PKGS) $(GO_TEST_FLAGS)
 
 .PHONY: test-integration
 test-integration: manifests generate fmt vet k8s-binaries ## Integration tests only (test/integration), real kube-apiserver and etcd, with -race.
-	KUBEBUILDER_ASSETS="$(K8S_BIN)" go test -race ./test/integration/ -count=1 -timeout 30m $(GO_TEST_FLAGS)
+	cd $(TEST_MODULE) && KUBEBUILDER_ASSETS="$(K8S_BIN)" go test -race ./integration/ -count=1 -timeout 30m $(GO_TEST_FLAGS)
+
 .PHONY: test-alerts
 test-alerts: promtool ## Unit-test config/prometheus's alerts with promtool (alerts_test.yaml).
 	mkdir -p $(LOCALBIN)/alerts
@@ -88,14 +102,14 @@ test-alerts: promtool ## Unit-test config/prometheus's alerts with promtool (ale
 
 .PHONY: chaos
 chaos: manifests generate k8s-binaries ## Fault suite, long version (the short one runs in make test).
-	FRONTDESK_CHAOS=long KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./test/chaos/ -count=1 -timeout 30m -v
+	cd $(TEST_MODULE) && FRONTDESK_CHAOS=long KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./chaos/ -count=1 -timeout 30m -v
 
 # Go test flags for `make test-e2e`, e.g. E2E_FLAGS='-run TestBillingScenario'.
 E2E_FLAGS ?=
 
 .PHONY: test-e2e
 test-e2e: manifests generate k8s-binaries helm ## Create a 3-node kind cluster from images built here, deploy config/default, run the e2e tests (needs docker; skips without it).
-	go test -tags e2e ./test/e2e/ -count=1 -timeout 90m -v $(E2E_FLAGS)
+	cd $(TEST_MODULE) && go test -tags e2e ./e2e/ -count=1 -timeout 90m -v $(E2E_FLAGS)
 
 # Images of `make kind-images` (the e2e tests use these names).
 E2E_IMG ?= frontdesk-controller:e2e
@@ -113,6 +127,7 @@ kind-images: ## Assemble the manager, kubectl-dlock and demo images from Go bina
 .PHONY: verify
 verify: manifests generate fmt vet lint build-installer chart-check ## Regenerate everything (the install bundle and the chart too), lint the code and the chart, fail if the tree changed.
 	go mod tidy
+	cd $(TEST_MODULE) && go mod tidy
 	cd hack/tools && go mod tidy
 	cd hack/k8s-binaries && go mod tidy
 	cd hack/helm && go mod tidy
@@ -141,13 +156,13 @@ DEMO_FLAGS ?= --fast
 
 .PHONY: demo
 demo: manifests generate k8s-binaries ## Run the billing scenario without and with fencing (DEMO_FLAGS= for the full size).
-	go build -o $(LOCALBIN)/frontdesk-demo ./test/cmd/frontdesk-demo
+	cd $(TEST_MODULE) && go build -o $(LOCALBIN)/frontdesk-demo ./cmd/frontdesk-demo
 	$(LOCALBIN)/frontdesk-demo --assets "$(K8S_BIN)" $(DEMO_FLAGS)
 
 .PHONY: bench
 bench: manifests generate k8s-binaries ## Lock latencies, then frontdesk vs etcd Mutex vs Redis side by side, on a local control plane.
 	hack/ensure-redis.sh
-	go build -o $(LOCALBIN)/frontdesk-bench ./test/cmd/frontdesk-bench
+	cd $(TEST_MODULE) && go build -o $(LOCALBIN)/frontdesk-bench ./cmd/frontdesk-bench
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" $(LOCALBIN)/frontdesk-bench $(BENCH_FLAGS)
 
 # Image for the kubectl-dlock plugin.
@@ -155,7 +170,7 @@ PLUGIN_IMG ?= frontdesk-kubectl-dlock:latest
 
 .PHONY: bench-cost
 bench-cost: manifests generate k8s-binaries ## Measure the controller's RSS and status lag with 1,000 and 10,000 locks.
-	KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./test/cmd/frontdesk-bench --cost 1000,10000 $(BENCH_FLAGS)
+	cd $(TEST_MODULE) && KUBEBUILDER_ASSETS="$(K8S_BIN)" go run ./cmd/frontdesk-bench --cost 1000,10000 $(BENCH_FLAGS)
 
 .PHONY: docker-build
 docker-build: ## Build the manager and kubectl-dlock images (needs a container engine).

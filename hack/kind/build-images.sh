@@ -29,7 +29,8 @@ mkdir -p "$work/bin"
 cd "$root"
 export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 nice -n 19 go build -trimpath -ldflags="-s -w" -o "$work/bin/manager" .
-nice -n 19 go build -trimpath -ldflags="-s -w" -o "$work/bin/" ./cmd/kubectl-dlock ./test/cmd/frontdesk-demo
+nice -n 19 go build -trimpath -ldflags="-s -w" -o "$work/bin/" ./cmd/kubectl-dlock
+nice -n 19 go -C test build -trimpath -ldflags="-s -w" -o "$work/bin/" ./cmd/frontdesk-demo # the test module
 
 # image NAME BINARY [busybox]: one image with /BINARY as its entrypoint.
 image() {

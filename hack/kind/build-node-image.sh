@@ -12,7 +12,7 @@
 #      containerd when it boots (node/systemd/preload-images.service),
 #   4. the node image itself: the root filesystem with kind's base-image files
 #      (entrypoint, systemd units, containerd config, from the
-#      sigs.k8s.io/kind module the e2e test uses) and all of the above,
+#      sigs.k8s.io/kind module test/go.mod pins) and all of the above,
 #      imported with `docker import`, its metadata (STOPSIGNAL, ENTRYPOINT)
 #      added by a one-line build FROM that local image.
 #
@@ -36,8 +36,8 @@ start=$(date +%s)
 
 k8s_version=$(cd "$here" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 image=${1:-frontdesk-kind-node:$k8s_version}
-kind_dir=$(cd "$root" && go mod download -json sigs.k8s.io/kind | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-kind_version=$(cd "$root" && go list -m -f '{{.Version}}' sigs.k8s.io/kind)
+kind_dir=$(cd "$root/test" && go mod download -json sigs.k8s.io/kind | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+kind_version=$(cd "$root/test" && go list -m -f '{{.Version}}' sigs.k8s.io/kind)
 rootfs="$work/rootfs/rootfs"
 
 stamp=$(

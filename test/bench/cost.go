@@ -102,7 +102,9 @@ func RunCost(ctx context.Context, opts CostOptions, out io.Writer) ([]CostRow, e
 	bin := opts.ManagerBinary
 	if bin == "" {
 		bin = filepath.Join(dir, "manager")
-		if b, err := exec.Command("go", "build", "-o", bin, root).CombinedOutput(); err != nil {
+		build := exec.Command("go", "build", "-o", bin, ".")
+		build.Dir = root // with the root module's dependencies, as `make build`
+		if b, err := build.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("building the manager: %w: %s", err, b)
 		}
 	}

@@ -116,7 +116,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	managerBinary = filepath.Join(workDir, "manager")
-	if out, err := exec.Command("go", "build", "-o", managerBinary, root).CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-o", managerBinary, ".")
+	build.Dir = root // with the root module's dependencies, as `make build`
+	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the manager: %v\n%s", err, out)
 		return 1
 	}

@@ -37,7 +37,9 @@ func kubectlLock(t *testing.T) string {
 			return
 		}
 		kubectlLockPath = filepath.Join(workDir, "kubectl-dlock")
-		if out, err := exec.Command("go", "build", "-o", kubectlLockPath, filepath.Join(root, "cmd", "kubectl-dlock")).CombinedOutput(); err != nil {
+		build := exec.Command("go", "build", "-o", kubectlLockPath, "./cmd/kubectl-dlock")
+		build.Dir = root // with the root module's dependencies, as `make build`
+		if out, err := build.CombinedOutput(); err != nil {
 			kubectlLockErr = fmt.Errorf("%w: %s", err, out)
 		}
 	})

@@ -23,7 +23,9 @@ import (
 func startLedger(t *testing.T, root, lockName string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "ledger")
-	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "examples", "shell", "ledger")).CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-o", bin, "./examples/shell/ledger")
+	build.Dir = root // with the root module's dependencies
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the ledger: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin, "--addr", "127.0.0.1:0", "--lock", lockName)

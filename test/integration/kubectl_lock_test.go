@@ -37,7 +37,9 @@ func kubectlLock(t *testing.T) string {
 			return
 		}
 		pluginPath = filepath.Join(filepath.Dir(kubeconfigPath), "kubectl-dlock")
-		out, err := exec.Command("go", "build", "-o", pluginPath, filepath.Join(root, "cmd", "kubectl-dlock")).CombinedOutput()
+		build := exec.Command("go", "build", "-o", pluginPath, "./cmd/kubectl-dlock")
+		build.Dir = root // with the root module's dependencies, as `make build`
+		out, err := build.CombinedOutput()
 		if err != nil {
 			pluginErr = errors.New(string(out))
 		}
