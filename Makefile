@@ -67,7 +67,6 @@ lint: golangci-lint ## Run golangci-lint.
 
 .PHONY: test
 test: manifests generate fmt vet k8s-binaries test-alerts ## Run unit and integration tests against a real kube-apiserver and etcd, and the alerts' promtool tests.
-	hack/ensure-redis.sh
 	# Build every test binary in parallel, run none.
 	go test -count=1 -exec true ./...
 	cd $(TEST_MODULE) && go test -count=1 -exec true ./...

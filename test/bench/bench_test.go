@@ -189,6 +189,7 @@ func TestPeersShortRun(t *testing.T) {
 	}
 	for _, r := range rows {
 		if strings.HasPrefix(r.Note, "skipped") {
+			t.Logf("%s not measured, %s", r.System, r.Note)
 			continue
 		}
 		if len(r.Uncontend.Samples) == 0 || r.Throughput[1] <= 0 || r.Throughput[3] <= 0 {
