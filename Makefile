@@ -24,6 +24,10 @@ GO_TEST_FLAGS ?=
 # command in the root module and then in this one.
 TEST_MODULE ?= test
 
+# Every Go module in the repository, as the directories of the go.mod files git
+# tracks: the root, the test module and the pinned tool modules under hack/.
+GO_MODULES = $(patsubst %/,%,$(dir $(shell git ls-files ':(glob)**/go.mod')))
+
 .PHONY: all
 all: build
 
@@ -124,15 +128,8 @@ kind-images: ## Assemble the manager, kubectl-dlock and demo images from Go bina
 	hack/kind/build-images.sh $(E2E_IMG) $(E2E_PLUGIN_IMG) $(E2E_DEMO_IMG)
 
 .PHONY: verify
-verify: manifests generate fmt vet lint build-installer chart-check ## Regenerate everything (the install bundle and the chart too), lint the code and the chart, fail if the tree changed.
-	go mod tidy
-	cd $(TEST_MODULE) && go mod tidy
-	cd hack/tools && go mod tidy
-	cd hack/k8s-binaries && go mod tidy
-	cd hack/helm && go mod tidy
-	cd hack/promtool && go mod tidy
-	cd hack/golangci-lint && go mod tidy
-	cd hack/krew && go mod tidy
+verify: manifests generate fmt vet lint build-installer chart-check ## Regenerate everything (the install bundle and the chart too), lint the code and the chart, tidy every Go module, fail if the tree changed.
+	for mod in $(GO_MODULES); do echo "go mod tidy in $$mod"; (cd $$mod && go mod tidy) || exit 1; done
 	git diff --exit-code
 
 ##@ Build
