@@ -71,15 +71,22 @@ lint: golangci-lint ## Run golangci-lint.
 
 .PHONY: test
 test: manifests generate fmt vet k8s-binaries test-alerts ## Run unit and integration tests against a real kube-apiserver and etcd, and the alerts' promtool tests.
-	# Build every test binary in parallel, run none.
+	# Build every test binary in parallel, run none (the integration suite's
+	# with -race, as it runs).
 	go test -count=1 -exec true ./...
-	cd $(TEST_MODULE) && go test -count=1 -exec true ./...
+	cd $(TEST_MODULE) && go test -count=1 -exec true $(TEST_OTHER_PKGS)
+	cd $(TEST_MODULE) && go test -race -count=1 -exec true ./integration/
 	# One package at a time: each starts its own etcd, kube-apiserver and
 	# manager, and leases of a few seconds should not lapse because another
 	# package's control plane took the CPU (a lapse is correct then, but not
-	# what those tests check).
+	# what those tests check). The integration suite runs with -race.
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./... -p 1 -count=1 -timeout 25m $(GO_TEST_FLAGS)
-	cd $(TEST_MODULE) && KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./... -p 1 -count=1 -timeout 25m $(GO_TEST_FLAGS)
+	cd $(TEST_MODULE) && KUBEBUILDER_ASSETS="$(K8S_BIN)" go test -race ./integration/ -count=1 -timeout 30m $(GO_TEST_FLAGS)
+	cd $(TEST_MODULE) && KUBEBUILDER_ASSETS="$(K8S_BIN)" go test $(TEST_OTHER_PKGS) -p 1 -count=1 -timeout 25m $(GO_TEST_FLAGS)
+
+# The test module's packages but the integration suite (which make test
+# runs apart, with -race).
+TEST_OTHER_PKGS = $(shell cd $(TEST_MODULE) && go list ./... | grep -v -E '/test/integration$$')
 
 # Packages whose tests need no apiserver: pure logic, fake clocks. The root
 # module's and the test module's are listed apart (go test takes one module).
