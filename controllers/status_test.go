@@ -21,19 +21,11 @@ import (
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 func makeLease(holder string, transitions, duration int32, acquire, renew time.Time) *coordinationv1.Lease {
-	l := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: "billing", Namespace: "ns"},
-		Spec: coordinationv1.LeaseSpec{
-			LeaseTransitions:     new(transitions),
-			LeaseDurationSeconds: new(duration),
-		},
-	}
+	b := testutil.MakeLease("billing", "ns").Token(transitions).Duration(duration)
 	if holder != "" {
-		l.Spec.HolderIdentity = new(holder)
-		l.Spec.AcquireTime = new(metav1.NewMicroTime(acquire))
-		l.Spec.RenewTime = new(metav1.NewMicroTime(renew))
+		b.Held(holder, acquire, renew)
 	}
-	return l
+	return b.Obj()
 }
 
 // brokenLease is l as a break left it: marked with the token it raised.

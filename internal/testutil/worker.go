@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 )
 
 // WorkerFlags are the flags every lock-holding test worker process takes.
@@ -26,13 +25,14 @@ func (w *WorkerFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&w.URL, "url", "", "URL of the fenced resource")
 }
 
-// Client builds a lock client from the flags; an empty identity means the
-// default one. Requests time out after timeout (0: none).
-func (w *WorkerFlags) Client(identity string, timeout time.Duration) (*lock.Client, error) {
+// RestConfig is the client configuration of the flags' kubeconfig, its
+// requests timing out after timeout (0: none). (This package imports no
+// frontdesk package but the API, so that their unit tests can use it.)
+func (w *WorkerFlags) RestConfig(timeout time.Duration) (*rest.Config, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", w.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	cfg.Timeout = timeout
-	return lock.New(cfg, lock.Config{Namespace: w.Namespace, Name: w.Lock, Identity: identity})
+	return cfg, nil
 }

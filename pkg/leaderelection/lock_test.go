@@ -17,6 +17,8 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 )
 
 const ns = "ops"
@@ -57,8 +59,7 @@ func newFixtureWithClock(t *testing.T, clk func(*clocktesting.FakeClock) clock.W
 // freeLease is the Lease as frontdesk's controller creates it for a lock:
 // nobody holds it, token 0.
 func freeLease() *coordinationv1.Lease {
-	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "op"},
-		Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](2), LeaseTransitions: ptr.To[int32](0)}}
+	return testutil.MakeLease("op", ns).Duration(2).Token(0).Obj()
 }
 
 // record is what client-go writes when holder leads with token.

@@ -7,19 +7,13 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
+
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 )
 
 func heldLease(holder string, token int32) *coordinationv1.Lease {
-	t := metav1.NewMicroTime(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
-	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: "billing", ResourceVersion: "42"},
-		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity: new(holder), LeaseTransitions: new(token), LeaseDurationSeconds: ptr.To[int32](15),
-			AcquireTime: &t, RenewTime: &t,
-		},
-	}
+	t := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	return testutil.MakeLease("billing", "").ResourceVersion("42").Token(token).Duration(15).Held(holder, t, t).Obj()
 }
 
 func TestEdits(t *testing.T) {

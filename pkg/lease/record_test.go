@@ -5,21 +5,15 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
+
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 )
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 func held(holder string, transitions int32, renew time.Time) *coordinationv1.Lease {
-	return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
-		HolderIdentity:       new(holder),
-		LeaseTransitions:     new(transitions),
-		LeaseDurationSeconds: ptr.To[int32](15),
-		AcquireTime:          new(metav1.NewMicroTime(t0)),
-		RenewTime:            new(metav1.NewMicroTime(renew)),
-	}}
+	return testutil.MakeLease("", "").Token(transitions).Duration(15).Held(holder, t0, renew).Obj()
 }
 
 func TestObserverMovesOnlyWhenTheRecordChanges(t *testing.T) {

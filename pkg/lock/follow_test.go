@@ -10,10 +10,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 )
 
 func leaseAt(version string) *coordinationv1.Lease {
-	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{ResourceVersion: version}}
+	return testutil.MakeLease("", "").ResourceVersion(version).Obj()
 }
 
 func TestNewerVersion(t *testing.T) {

@@ -4,22 +4,19 @@ import (
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
 // leaseWith is a Lease held by holder ("" free) with token and annotations.
 func leaseWith(holder string, token int32, annotations map[string]string) *coordinationv1.Lease {
-	l := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Annotations: annotations},
-		Spec:       coordinationv1.LeaseSpec{LeaseTransitions: new(token)},
-	}
+	b := testutil.MakeLease("", "").Token(token).Annotations(annotations)
 	if holder != "" {
-		l.Spec.HolderIdentity = new(holder)
+		b.Holder(holder)
 	}
-	return l
+	return b.Obj()
 }
 
 func TestLeftoverMatchesOnlyWhatThisClientLeft(t *testing.T) {

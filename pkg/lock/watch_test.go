@@ -13,13 +13,13 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
@@ -59,7 +59,7 @@ func newWatchHarness(t *testing.T) *watchHarness {
 }
 
 func leaseNamed(rv string) *coordinationv1.Lease {
-	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "billing", Namespace: "ns", ResourceVersion: rv}}
+	return testutil.MakeLease("billing", "ns").ResourceVersion(rv).Obj()
 }
 
 // A waiter behind the front watches with the selector on its own ticket, a

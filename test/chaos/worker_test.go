@@ -38,7 +38,12 @@ func runWorker() int {
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
-	c, err := wf.Client("", 5*time.Second)
+	cfg, err := wf.RestConfig(5 * time.Second)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	c, err := lock.New(cfg, lock.Config{Namespace: wf.Namespace, Name: wf.Lock})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1

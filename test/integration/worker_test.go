@@ -13,6 +13,7 @@ import (
 
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
+	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 )
 
 // workerEnv makes the test binary run as a lock-holding worker process
@@ -31,7 +32,12 @@ func runWorker() int {
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
-	c, err := wf.Client(*identity, 0)
+	cfg, err := wf.RestConfig(0)
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	c, err := lock.New(cfg, lock.Config{Namespace: wf.Namespace, Name: wf.Lock, Identity: *identity})
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
