@@ -76,13 +76,21 @@ test: manifests generate fmt vet k8s-binaries test-alerts ## Run unit and integr
 	go test -count=1 -exec true ./...
 	cd $(TEST_MODULE) && go test -count=1 -exec true $(TEST_OTHER_PKGS)
 	cd $(TEST_MODULE) && go test -race -count=1 -exec true ./integration/
+	cd $(TEST_MODULE) && go test -count=1 -exec true ./integration/
 	# One package at a time: each starts its own etcd, kube-apiserver and
 	# manager, and leases of a few seconds should not lapse because another
 	# package's control plane took the CPU (a lapse is correct then, but not
 	# what those tests check). The integration suite runs with -race.
 	KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./... -p 1 -count=1 -timeout 25m $(GO_TEST_FLAGS)
-	cd $(TEST_MODULE) && KUBEBUILDER_ASSETS="$(K8S_BIN)" go test -race ./integration/ -count=1 -timeout 30m $(GO_TEST_FLAGS)
+	cd $(TEST_MODULE) && KUBEBUILDER_ASSETS="$(K8S_BIN)" go test -race ./integration/ -skip '$(RACE_SKIP)' -count=1 -timeout 30m $(GO_TEST_FLAGS)
+	cd $(TEST_MODULE) && KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./integration/ -run '$(RACE_SKIP)' -count=1 -timeout 10m $(GO_TEST_FLAGS)
 	cd $(TEST_MODULE) && KUBEBUILDER_ASSETS="$(K8S_BIN)" go test $(TEST_OTHER_PKGS) -p 1 -count=1 -timeout 25m $(GO_TEST_FLAGS)
+
+# Integration tests that make test runs without -race: the priority test
+# times renewals against a flood of 160 clients that the test process itself
+# sends, and the race detector slows both (renewal p99 1.39 s under -race
+# against a 1 s bound).
+RACE_SKIP = ^TestLeasePriorityKeepsRenewalsOnTime$$
 
 # The test module's packages but the integration suite (which make test
 # runs apart, with -race).
@@ -100,7 +108,8 @@ test-unit: manifests generate fmt vet ## Unit tests only: no apiserver, with -ra
 
 .PHONY: test-integration
 test-integration: manifests generate fmt vet k8s-binaries ## Integration tests only (test/integration), real kube-apiserver and etcd, with -race.
-	cd $(TEST_MODULE) && KUBEBUILDER_ASSETS="$(K8S_BIN)" go test -race ./integration/ -count=1 -timeout 30m $(GO_TEST_FLAGS)
+	cd $(TEST_MODULE) && KUBEBUILDER_ASSETS="$(K8S_BIN)" go test -race ./integration/ -skip '$(RACE_SKIP)' -count=1 -timeout 30m $(GO_TEST_FLAGS)
+	cd $(TEST_MODULE) && KUBEBUILDER_ASSETS="$(K8S_BIN)" go test ./integration/ -run '$(RACE_SKIP)' -count=1 -timeout 10m $(GO_TEST_FLAGS)
 
 .PHONY: test-alerts
 test-alerts: promtool ## Unit-test config/prometheus's alerts with promtool (alerts_test.yaml).
