@@ -87,7 +87,7 @@ func charge(ctx context.Context, o chargeOptions, out io.Writer) int {
 		var customer int
 		err := c.retry(ctx, func() error {
 			var unbilled []int
-			if err := c.getJSON(ctx, "/unbilled", &unbilled); err != nil {
+			if err := getJSON(ctx, c.http, c.ledger+"/unbilled", &unbilled); err != nil {
 				return err
 			}
 			if len(unbilled) == 0 {
@@ -171,20 +171,4 @@ func (c *charger) post(ctx context.Context, path string) error {
 	default:
 		return fmt.Errorf("POST %s: %s", path, resp.Status)
 	}
-}
-
-func (c *charger) getJSON(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.ledger+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }

@@ -141,7 +141,7 @@ func (w *worker) run(ctx context.Context, c *lock.Client) {
 // job charges the unbilled batch with token.
 func (w *worker) job(ctx context.Context, token int64) jobOutcome {
 	var complete bool
-	if err := w.getJSON(ctx, "/complete", &complete); err != nil {
+	if err := getJSON(ctx, w.http, w.ledger+"/complete", &complete); err != nil {
 		w.say(stateWaiting, token, "error: "+err.Error())
 		return jobFailed
 	}
@@ -161,7 +161,7 @@ func (w *worker) job(ctx context.Context, token int64) jobOutcome {
 		return jobFailed
 	}
 	var batch []int
-	if err := w.getJSON(ctx, "/unbilled", &batch); err != nil {
+	if err := getJSON(ctx, w.http, w.ledger+"/unbilled", &batch); err != nil {
 		w.say(stateWaiting, token, "error: "+err.Error())
 		return jobFailed
 	}
@@ -207,18 +207,20 @@ func (w *worker) post(ctx context.Context, path string, token int64) (int, error
 	return resp.StatusCode, nil
 }
 
-func (w *worker) getJSON(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.ledger+path, nil)
+// getJSON decodes the JSON answer of a GET of url into v; an answer other
+// than 200 OK is an error. The ledger's workers and chargers read it so.
+func getJSON(ctx context.Context, hc *http.Client, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := w.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", path, resp.Status)
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
 }
