@@ -4,6 +4,10 @@ ARG TARGETOS=linux
 ARG TARGETARCH=amd64
 WORKDIR /workspace
 COPY go.mod go.sum ./
+# The API types and the library are modules of their own (replaced by ./api
+# and ./pkg in go.mod).
+COPY api/go.mod api/go.sum api/
+COPY pkg/go.mod pkg/go.sum pkg/
 RUN go mod download
 COPY main.go ./
 COPY api/ api/

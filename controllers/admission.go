@@ -11,6 +11,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,7 +32,7 @@ import (
 
 // podTicketPrefix starts the ticket of a place the controller registers for
 // a gated pod; the rest is the pod's UID.
-const podTicketPrefix = "pod-"
+const podTicketPrefix = locksv1alpha1.PodTicketPrefix
 
 // podTicket is the ticket of the pod's place in a lock's queue.
 func podTicket(p *corev1.Pod) string { return podTicketPrefix + string(p.UID) }
@@ -53,8 +54,8 @@ type admissionResult struct {
 // to a waiting pod's place is taken up, a free lock whose queue head is a
 // waiting pod is granted to it, and the pod whose grant is confirmed is
 // ungated. Every Lease write is a compare-and-swap.
-func (r *DistributedLockReconciler) reconcileAdmissions(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	current *coordinationv1.Lease, obs lease.Observation, now time.Time) (admissionResult, error) {
+func (r *DistributedLockReconciler) reconcileAdmissions(ctx context.Context, p *pass) (admissionResult, error) {
+	lock, current := p.lock, p.state.lease
 	res := admissionResult{lease: current}
 	if current == nil || current.DeletionTimestamp != nil || !ownedBy(current, lock) {
 		return res, nil
@@ -76,23 +77,23 @@ func (r *DistributedLockReconciler) reconcileAdmissions(ctx context.Context, loc
 	}
 	// 1. The grant the controller holds for an admitted pod: renewed, or
 	//    ended (which may hand the lock to the next place).
-	confirmed, err := r.tendAdmittedGrant(ctx, lock, pods, &res, obs, now)
+	confirmed, err := r.tendAdmittedGrant(ctx, p, pods, &res)
 	if err != nil {
 		return res, err
 	}
 	// 2. The queue holds exactly the waiting pods' places (a registration
 	//    alone wakes no pass: the steps below act on it in this one).
-	if err := r.syncPodPlaces(ctx, &res); err != nil {
+	if err := r.syncPodPlaces(ctx, p, &res); err != nil {
 		return res, err
 	}
 	// 3. A grant handed to a pod's place, or a free lock whose head is a
 	//    waiting pod: the controller takes the grant for the pod.
-	took, err := r.takeGrantForPod(ctx, lock, res.gated, &res, now)
+	took, err := r.takeGrantForPod(ctx, p, &res)
 	if err != nil {
 		return res, err
 	}
 	// 4. The pod whose grant is confirmed loses its gate.
-	return res, r.admitHolder(ctx, lock, &res, confirmed || took, obs, now)
+	return res, r.admitHolder(ctx, p, &res, confirmed || took)
 }
 
 // runsHoldingPods are the cached participant pods of the lock's namespace
@@ -140,10 +141,10 @@ func podByIdentity(pods []corev1.Pod, identity string) *corev1.Pod {
 // or the lock is free and the pod's place is at the head of the queue (one
 // write grants it, with the next token, and takes the place out). A grant
 // handed to the place of a pod that no longer waits is ended at once: no
-// pod ran with it. It reports whether it wrote a grant that is now the
-// controller's.
-func (r *DistributedLockReconciler) takeGrantForPod(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	waiting []corev1.Pod, res *admissionResult, now time.Time) (bool, error) {
+// pod ran with it. The waiting pods are res.gated. It reports whether it
+// wrote a grant that is now the controller's.
+func (r *DistributedLockReconciler) takeGrantForPod(ctx context.Context, p *pass, res *admissionResult) (bool, error) {
+	lock, waiting, now := p.lock, res.gated, p.now
 	current := res.lease
 	holder := lease.Holder(current)
 	if isAdmittedGrant(current) {
@@ -156,7 +157,7 @@ func (r *DistributedLockReconciler) takeGrantForPod(ctx context.Context, lock *l
 		}
 		pod := podByIdentity(waiting, holder)
 		if pod == nil {
-			return r.endAdmittedGrant(ctx, lock, res, now, fmt.Sprintf(
+			return r.endAdmittedGrant(ctx, p, res, fmt.Sprintf(
 				"the lock was handed to pod %s, which no longer waits for it (it never ran)", locksv1alpha1.PodNameOf(holder)))
 		}
 		taken := lease.Renew(current, lease.GrantDuration(current, lockDuration(lock)), now)
@@ -179,19 +180,18 @@ func (r *DistributedLockReconciler) takeGrantForPod(ctx context.Context, lock *l
 	if pod == nil || q[0].Ticket != podTicket(pod) {
 		return false, nil
 	}
-	return true, r.grantForPod(ctx, lock, res, pod, now)
+	return true, r.grantForPod(ctx, p, res, pod)
 }
 
 // grantForPod grants the free lock to pod, whose place heads the queue.
-func (r *DistributedLockReconciler) grantForPod(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	res *admissionResult, pod *corev1.Pod, now time.Time) error {
+func (r *DistributedLockReconciler) grantForPod(ctx context.Context, p *pass, res *admissionResult, pod *corev1.Pod) error {
 	identity := candidateIdentity(pod)
-	p, err := lease.GrantPatch(res.lease, identity, podTicket(pod), string(pod.UID), lockDuration(lock), now)
+	patch, err := lease.GrantPatch(res.lease, identity, r.Principal, podTicket(pod), string(pod.UID), lockDuration(p.lock), p.now)
 	if err != nil {
 		return fmt.Errorf("granting the lock to pod %s: %w", pod.Name, err)
 	}
-	p.Set(lease.AnnotationPath(locksv1alpha1.AdmittedGrantAnnotation), admittedMark(identity, lease.Token(res.lease)+1))
-	granted, err := p.ApplyTo(res.lease)
+	patch.Set(lease.AnnotationPath(locksv1alpha1.AdmittedGrantAnnotation), admittedMark(identity, lease.Token(res.lease)+1))
+	granted, err := patch.ApplyTo(res.lease)
 	if err != nil {
 		return fmt.Errorf("granting the lock to pod %s: %w", pod.Name, err)
 	}
@@ -207,51 +207,74 @@ func (r *DistributedLockReconciler) grantForPod(ctx context.Context, lock *locks
 // for, in one Update of the pod read from the apiserver that also writes
 // the grant's token and time (and the holder label): the pod is ungated
 // carrying its token. The grant must have been confirmed by a Lease write
-// of this pass; if none was made, a renewal confirms it first.
-func (r *DistributedLockReconciler) admitHolder(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	res *admissionResult, confirmed bool, obs lease.Observation, now time.Time) error {
+// of this pass; if none was made, a renewal confirms it first. The
+// admission is reported only by the pass whose Update removed the gate.
+func (r *DistributedLockReconciler) admitHolder(ctx context.Context, p *pass, res *admissionResult, confirmed bool) error {
+	lock := p.lock
 	holder := lease.Holder(res.lease)
 	if !isAdmittedGrant(res.lease) {
 		return nil
 	}
-	pod := podByIdentity(res.gated, holder)
-	if pod == nil {
+	waiting := podByIdentity(res.gated, holder)
+	if waiting == nil {
 		return nil
 	}
+	// A copy: removing the pod from res.gated below moves the pods after it
+	// into its element (and zeroes the last), so a pointer into res.gated
+	// would name the next pod, or none.
+	pod := waiting.DeepCopy()
 	if !confirmed {
-		renewed := lease.Renew(res.lease, lease.GrantDuration(res.lease, lockDuration(lock)), now)
+		renewed := lease.Renew(res.lease, lease.GrantDuration(res.lease, lockDuration(lock)), p.now)
 		updated, err := r.writeLease(ctx, renewed)
 		if err != nil {
 			return fmt.Errorf("confirming the grant of pod %s before admitting it: %w", pod.Name, err)
 		}
 		res.lease = updated
 	}
-	if err := r.ungate(ctx, lock, pod, res.lease); err != nil {
+	ungated, err := r.ungate(ctx, lock, pod, res.lease)
+	if err != nil {
 		return err
 	}
 	res.gated = slices.DeleteFunc(res.gated, func(p corev1.Pod) bool { return p.UID == pod.UID })
-	r.podNotes.firstWarning(string(pod.UID) + "/ungated/" + lock.Name) // admitted: ungated by the controller
-	res.renewIn = earliest(res.renewIn, obs.Record.Duration(lockDuration(lock))/3)
+	res.renewIn = earliest(res.renewIn, p.renewInterval())
+	if ungated {
+		r.reportAdmission(lock, pod, lease.Token(res.lease), res)
+	}
+	return nil
+}
+
+// reportAdmission reports that pod was admitted with token: its wait
+// observed, an Event on the pod and one on the lock (res.events), and its
+// missing gate noted as the controller's doing (no NotGated warning).
+func (r *DistributedLockReconciler) reportAdmission(lock *locksv1alpha1.DistributedLock, pod *corev1.Pod, token int64,
+	res *admissionResult) {
+	r.podNotes.firstWarning(string(pod.UID) + "/ungated/" + lock.Name)
 	wait := r.Clock.Now().Sub(pod.CreationTimestamp.Time)
 	podAdmissionWait.WithLabelValues(lock.Namespace).Observe(wait.Seconds())
-	msg := fmt.Sprintf("admitted pod %s with fencing token %d after %s gated", pod.Name, lease.Token(res.lease), wait.Round(time.Millisecond))
+	msg := fmt.Sprintf("admitted pod %s with fencing token %d after %s gated", pod.Name, token, wait.Round(time.Millisecond))
 	res.events = append(res.events, lockEvent{corev1.EventTypeNormal, EventPodAdmitted, msg})
 	r.Recorder.Eventf(pod, lock, corev1.EventTypeNormal, EventPodAdmitted, "Admit", "%s", msg)
-	return nil
 }
 
 // ungate writes the grant's token and acquire time (and the holder label)
 // on the pod and removes its admission gate, in one Update of the pod as
 // the apiserver has it, refused if that pod is another (UID) or changed
-// meanwhile.
+// meanwhile. It reports whether it removed the gate: not when the pod is
+// gone or another, or no longer gated (an earlier pass admitted it, and the
+// cache does not show that yet). For a pod gone, the pass its deletion
+// brings judges the grant's end by what the watch proved (admittedFate):
+// at once with proof, else the lease waited out.
 func (r *DistributedLockReconciler) ungate(ctx context.Context, lock *locksv1alpha1.DistributedLock, cached *corev1.Pod,
-	l *coordinationv1.Lease) error {
+	l *coordinationv1.Lease) (bool, error) {
 	pod := &corev1.Pod{}
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: cached.Namespace, Name: cached.Name}, pod); err != nil {
-		return fmt.Errorf("reading pod %s to admit it: %w", cached.Name, err)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading pod %s to admit it: %w", cached.Name, err)
 	}
 	if pod.UID != cached.UID || !gated(pod) {
-		return nil
+		return false, nil
 	}
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
@@ -268,15 +291,19 @@ func (r *DistributedLockReconciler) ungate(ctx context.Context, lock *locksv1alp
 		return g.Name == locksv1alpha1.AdmissionGate
 	})
 	if err := r.Update(ctx, pod); err != nil {
-		return fmt.Errorf("admitting pod %s (token annotation, gate removal): %w", pod.Name, err)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("admitting pod %s (token annotation, gate removal): %w", pod.Name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // syncPodPlaces registers a place for each waiting pod that has none
 // (oldest first, behind everyone queued) and removes the places of pods
 // that no longer wait.
-func (r *DistributedLockReconciler) syncPodPlaces(ctx context.Context, res *admissionResult) error {
+func (r *DistributedLockReconciler) syncPodPlaces(ctx context.Context, p *pass, res *admissionResult) error {
+	lock, now := p.lock, p.now
 	current := res.lease
 	waitingTickets := map[string]bool{}
 	var missing []lease.Waiter
@@ -286,11 +313,23 @@ func (r *DistributedLockReconciler) syncPodPlaces(ctx context.Context, res *admi
 	}
 	holder := lease.Holder(current)
 	for i := range res.gated {
-		p := &res.gated[i]
-		waitingTickets[podTicket(p)] = true
-		if !queued[podTicket(p)] && candidateIdentity(p) != holder {
-			missing = append(missing, lease.Waiter{Identity: candidateIdentity(p), Ticket: podTicket(p)})
+		pod := &res.gated[i]
+		waitingTickets[podTicket(pod)] = true
+		if queued[podTicket(pod)] || candidateIdentity(pod) == holder {
+			continue
 		}
+		if allowed, err := r.podMayUseLock(ctx, lock, current.Name, pod, now); err != nil || !allowed {
+			// Not queued: it may be allowed later (asked again then).
+			res.renewIn = earliest(res.renewIn, deniedCheckInterval)
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if !r.usableIdentity(pod, lock.Name) {
+			continue
+		}
+		missing = append(missing, lease.Waiter{Identity: candidateIdentity(pod), Ticket: podTicket(pod), Principal: r.Principal})
 	}
 	var stale []string
 	podPlaces := 0
@@ -311,8 +350,28 @@ func (r *DistributedLockReconciler) syncPodPlaces(ctx context.Context, res *admi
 			return fmt.Errorf("queueing %d gated pods: %w", len(missing), err)
 		}
 		res.lease = current
+		r.tellQueued(lock, res, missing)
 	}
 	return r.removePodPlaces(ctx, res, stale)
+}
+
+// tellQueued records on each pod just queued where it stands in the lock's
+// queue, as res.lease shows it, and who holds the lock.
+func (r *DistributedLockReconciler) tellQueued(lock *locksv1alpha1.DistributedLock, res *admissionResult, queued []lease.Waiter) {
+	q := lease.Queue(res.lease)
+	holder := lease.Holder(res.lease)
+	if holder == "" {
+		holder = "nobody"
+	}
+	for _, w := range queued {
+		at := slices.IndexFunc(q, func(o lease.Waiter) bool { return o.Ticket == w.Ticket })
+		pod := slices.IndexFunc(res.gated, func(p corev1.Pod) bool { return podTicket(&p) == w.Ticket })
+		if at < 0 || pod < 0 {
+			continue
+		}
+		r.Recorder.Eventf(&res.gated[pod], nil, corev1.EventTypeNormal, EventPodQueued, "Admit",
+			"queued for DistributedLock %s at position %d of %d (held by %s); the pod stays gated until its turn", lock.Name, at+1, len(q), holder)
+	}
 }
 
 // maxPodPlaces bounds the places the controller holds in one lock's queue
@@ -324,7 +383,7 @@ const maxPodPlaces = 64
 // podPlacesRoom is how many more gated pods may be queued when podPlaces of
 // the queued places are pods'.
 func podPlacesRoom(podPlaces, queued int) int {
-	return max(0, min(maxPodPlaces-podPlaces, lease.MaxQueue-queued))
+	return max(0, min(maxPodPlaces-podPlaces, lease.MaxPlaces-queued))
 }
 
 // removePodPlaces removes the places of pods that no longer wait.

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -33,35 +34,56 @@ import (
 // tendAdmittedGrant renews or ends the grant the controller holds for an
 // admitted pod, if it holds one. It reports whether a write of this pass
 // confirmed that the grant is still the controller's (a renewal).
-func (r *DistributedLockReconciler) tendAdmittedGrant(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	pods []corev1.Pod, res *admissionResult, obs lease.Observation, now time.Time) (bool, error) {
+func (r *DistributedLockReconciler) tendAdmittedGrant(ctx context.Context, p *pass, pods []corev1.Pod, res *admissionResult) (bool, error) {
+	lock := p.lock
 	holder := lease.Holder(res.lease)
 	if !isAdmittedGrant(res.lease) {
 		return false, nil
 	}
-	why, wait, err := r.admittedFate(ctx, lock, pods, holder, obs, now)
+	// The pod as the cache shows it, or, when the cache does not hold it
+	// (its participant label or its runs-holding annotation was changed
+	// after its admission), as the apiserver does.
+	// The start timeout is enforced on it either way.
+	if podByIdentity(pods, holder) == nil {
+		live, err := r.livePod(ctx, lock.Namespace, holder)
+		if err != nil {
+			return false, err
+		}
+		if live != nil {
+			pods = append(slices.Clip(pods), *live)
+		}
+	}
+	why, wait, err := r.admittedFate(ctx, p, pods, holder)
 	switch {
 	case err != nil:
 		return false, err
 	case why != "":
-		return r.endAdmittedGrant(ctx, lock, res, now, why)
+		return r.endAdmittedGrant(ctx, p, res, why)
 	case wait > 0:
 		res.renewIn = wait
 		return false, nil
 	}
-	renewed, err := r.renewCandidate(ctx, res.lease, obs, now, obs.Record.Duration(lockDuration(lock))/3)
+	startIn, timedOut, err := r.enforceStart(ctx, p, pods, holder)
+	if err != nil {
+		return false, err
+	}
+	if timedOut != nil {
+		res.events = append(res.events, *timedOut)
+	}
+	renewed, err := r.renewCandidate(ctx, p, res.lease)
 	if err != nil {
 		return false, fmt.Errorf("renewing the grant of admitted pod %s: %w", locksv1alpha1.PodNameOf(holder), err)
 	}
 	wrote := renewed.lease != res.lease
-	res.lease, res.renewIn = renewed.lease, renewed.renewIn
+	res.lease, res.renewIn = renewed.lease, earliest(renewed.renewIn, startIn)
 	return wrote, nil
 }
 
 // admittedFate judges the grant held for the pod identity names: why to
 // end it now (""), else how long until it may be ended (zero: renew it).
-func (r *DistributedLockReconciler) admittedFate(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	pods []corev1.Pod, identity string, obs lease.Observation, now time.Time) (why string, wait time.Duration, err error) {
+func (r *DistributedLockReconciler) admittedFate(ctx context.Context, p *pass, pods []corev1.Pod,
+	identity string) (why string, wait time.Duration, err error) {
+	lock := p.lock
 	uid := types.UID(locksv1alpha1.PodUIDOf(identity))
 	pod := podByIdentity(pods, identity)
 	if pod == nil {
@@ -76,12 +98,12 @@ func (r *DistributedLockReconciler) admittedFate(ctx context.Context, lock *lock
 	case pod == nil && r.podNotes.endOf(uid) == endGraceful:
 		return fmt.Sprintf("pod %s is gone after a graceful deletion (its kubelet reported its containers stopped)", name), 0, nil
 	case pod == nil:
-		return r.waitOut(obs, lock, "gone/"+string(uid), now,
+		return r.waitOut(p, "gone/"+string(uid),
 			fmt.Sprintf("pod %s went without a confirmed stop (force deletion): waited out the lease duration", name))
 	case (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) && containersStopped(pod):
 		return fmt.Sprintf("pod %s %s", name, pod.Status.Phase), 0, nil
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
-		return r.waitOut(obs, lock, "finished/"+string(uid), now, fmt.Sprintf(
+		return r.waitOut(p, "finished/"+string(uid), fmt.Sprintf(
 			"pod %s is %s without its containers reported stopped (the pod garbage collector, a lost node): waited out the lease duration", name, pod.Status.Phase))
 	case pod.DeletionTimestamp != nil && pod.Spec.NodeName == "":
 		return fmt.Sprintf("pod %s was deleted before it was bound to a node (it never ran)", name), 0, nil
@@ -93,15 +115,15 @@ func (r *DistributedLockReconciler) admittedFate(ctx context.Context, lock *lock
 		r.podNotes.clear("node/" + string(uid))
 		return "", 0, err
 	}
-	return r.waitOut(obs, lock, "node/"+string(uid), now, fmt.Sprintf(
+	return r.waitOut(p, "node/"+string(uid), fmt.Sprintf(
 		"node %s of pod %s stopped reporting: waited out the lease duration (the pod may still run, fenced)", pod.Spec.NodeName, name))
 }
 
 // waitOut ends the grant (returns why) once the controller has seen its
 // record unrenewed for the lease duration and the cause (key) has lasted
 // as long since it first noted it; otherwise it returns the wait left.
-func (r *DistributedLockReconciler) waitOut(obs lease.Observation, lock *locksv1alpha1.DistributedLock, key string,
-	now time.Time, why string) (string, time.Duration, error) {
+func (r *DistributedLockReconciler) waitOut(p *pass, key, why string) (string, time.Duration, error) {
+	obs, lock, now := p.obs, p.lock, p.now
 	d := obs.Record.Duration(lockDuration(lock))
 	due := obs.Deadline(lockDuration(lock))
 	if since := r.podNotes.sinceFirst(key, now).Add(d); since.After(due) {
@@ -158,18 +180,17 @@ func (r *DistributedLockReconciler) nodeReporting(ctx context.Context, name stri
 // releases it. When the head is a waiting pod's place, the same write
 // makes the new grant the controller's on that pod's behalf, and it
 // reports true.
-func (r *DistributedLockReconciler) endAdmittedGrant(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	res *admissionResult, now time.Time, why string) (bool, error) {
+func (r *DistributedLockReconciler) endAdmittedGrant(ctx context.Context, p *pass, res *admissionResult, why string) (bool, error) {
 	current := res.lease
 	holder := lease.Holder(current)
-	p, head, handOff, err := lease.HandOffPatch(current, holder, lockDuration(lock), now)
+	patch, head, handOff, err := lease.HandOffPatch(current, holder, lockDuration(p.lock), p.now)
 	if err != nil {
 		return false, fmt.Errorf("ending the grant of pod %s: %w", locksv1alpha1.PodNameOf(holder), err)
 	}
 	if !handOff {
-		p = lease.ReleasePatch(current)
+		patch = lease.ReleasePatch(current)
 	}
-	ended, err := p.ApplyTo(current)
+	ended, err := patch.ApplyTo(current)
 	if err != nil {
 		return false, fmt.Errorf("ending the grant of pod %s: %w", locksv1alpha1.PodNameOf(holder), err)
 	}

@@ -52,25 +52,24 @@ type candidateResult struct {
 // Lease goes once the hand-off is due). A holder the controller did not
 // grant (a client of the library) is respected until its lease lapses.
 // Every write is a compare-and-swap Update of the Lease.
-func (r *DistributedLockReconciler) reconcileCandidates(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	current *coordinationv1.Lease, obs lease.Observation, now time.Time) (candidateResult, error) {
+func (r *DistributedLockReconciler) reconcileCandidates(ctx context.Context, p *pass) (candidateResult, error) {
+	lock, current := p.lock, p.state.lease
 	res := candidateResult{lease: current}
 	if current == nil {
 		return res, nil
 	}
-	holder := obs.Record.Holder
+	holder := p.obs.Record.Holder
 	granted := current.Annotations[locksv1alpha1.CandidateGrantAnnotation]
-	ours := holder != "" && granted == holder
+	ours := holder != "" && r.isCandidateGrant(current)
 	revoked := ours && current.Annotations[locksv1alpha1.RevokedAnnotation] == holder
 	vanished := holder == "" && granted != ""
-	interval := obs.Record.Duration(lockDuration(lock)) / 3
 
 	if lock.Spec.Candidates == nil || current.DeletionTimestamp != nil {
 		switch {
 		case ours && !revoked:
-			return r.revokeCandidate(ctx, lock, current, now)
+			return r.revokeCandidate(ctx, p)
 		case (revoked || vanished) && current.DeletionTimestamp == nil:
-			return r.endRevokedGrant(ctx, lock, current, granted, nil, obs, now, interval)
+			return r.endRevokedGrant(ctx, p, granted, nil)
 		}
 		return res, nil
 	}
@@ -86,37 +85,36 @@ func (r *DistributedLockReconciler) reconcileCandidates(ctx context.Context, loc
 
 	switch {
 	case ours && !revoked && holderEligible:
-		return r.renewCandidate(ctx, current, obs, now, interval)
+		return r.renewCandidate(ctx, p, current)
 	case ours && !revoked:
-		return r.revokeCandidate(ctx, lock, current, now)
+		return r.revokeCandidate(ctx, p)
 	case revoked || vanished:
-		return r.endRevokedGrant(ctx, lock, current, granted, eligible, obs, now, interval)
-	case holder != "" && now.Before(obs.Deadline(lockDuration(lock))):
+		return r.endRevokedGrant(ctx, p, granted, eligible)
+	case holder != "" && p.now.Before(p.obs.Deadline(lockDuration(lock))):
 		return res, nil // a library client holds it; its lease is respected
 	case len(eligible) == 0:
 		return res, nil
 	}
-	return r.grantCandidate(ctx, lock, current, &eligible[0], now, interval)
+	return r.grantCandidate(ctx, p, &eligible[0])
 }
 
 // endRevokedGrant waits out a revoked (or vanished) grant of the
-// controller's to identity, then hands the lock on to the first eligible
-// pod, or releases it.
-func (r *DistributedLockReconciler) endRevokedGrant(ctx context.Context, lock *locksv1alpha1.DistributedLock, current *coordinationv1.Lease,
-	identity string, eligible []corev1.Pod, obs lease.Observation, now time.Time, interval time.Duration) (candidateResult, error) {
-	ended, wait, err := r.handOffDue(ctx, lock, identity, obs, now)
+// controller's to identity on the pass's Lease, then hands the lock on to
+// the first eligible pod, or releases it.
+func (r *DistributedLockReconciler) endRevokedGrant(ctx context.Context, p *pass, identity string, eligible []corev1.Pod) (candidateResult, error) {
+	ended, wait, err := r.handOffDue(ctx, p, identity)
 	if err != nil || ended == "" {
-		return candidateResult{lease: current, renewIn: wait}, err
+		return candidateResult{lease: p.state.lease, renewIn: wait}, err
 	}
-	return r.handOff(ctx, lock, current, identity, eligible, now, interval, ended)
+	return r.handOff(ctx, p, identity, eligible, ended)
 }
 
-// renewCandidate renews the controller's grant to an eligible candidate
-// when due, and at once when this process sees the record for the first
-// time (after a restart or failover it cannot know when the last renewal
-// was).
-func (r *DistributedLockReconciler) renewCandidate(ctx context.Context, current *coordinationv1.Lease, obs lease.Observation,
-	now time.Time, interval time.Duration) (candidateResult, error) {
+// renewCandidate renews the controller's grant on current (the pass's
+// record, as observed) when due, every renewInterval, and at once when
+// this process sees the record for the first time (after a restart or
+// failover it cannot know when the last renewal was).
+func (r *DistributedLockReconciler) renewCandidate(ctx context.Context, p *pass, current *coordinationv1.Lease) (candidateResult, error) {
+	obs, now, interval := p.obs, p.now, p.renewInterval()
 	res := candidateResult{lease: current}
 	if due := obs.ObservedAt.Add(interval); now.Before(due) && !obs.ObservedAt.Equal(now) {
 		res.renewIn = due.Sub(now)
@@ -134,8 +132,8 @@ func (r *DistributedLockReconciler) renewCandidate(ctx context.Context, current 
 // eligible: one write that names it revoked and moves renewTime to now.
 // The hand-off delay counts from when that write was answered (the
 // reconciler observes the revoked record then), not from now.
-func (r *DistributedLockReconciler) revokeCandidate(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	current *coordinationv1.Lease, now time.Time) (candidateResult, error) {
+func (r *DistributedLockReconciler) revokeCandidate(ctx context.Context, p *pass) (candidateResult, error) {
+	lock, current := p.lock, p.state.lease
 	res := candidateResult{lease: current}
 	// The marks go first: the hand-off delay counts from the revocation
 	// write, so the pod must already be unmarked by then.
@@ -143,7 +141,7 @@ func (r *DistributedLockReconciler) revokeCandidate(ctx context.Context, lock *l
 		return res, err
 	}
 	revoking := current.DeepCopy()
-	revokeCandidateGrant(revoking, now)
+	revokeCandidateGrant(revoking, p.now)
 	updated, err := r.writeLease(ctx, revoking)
 	if err != nil {
 		return res, fmt.Errorf("revoking the grant of candidate %s: %w", lease.Holder(current), err)
@@ -162,8 +160,8 @@ func (r *DistributedLockReconciler) revokeCandidate(ctx context.Context, lock *l
 // or the hand-off delay has passed since the controller first saw the
 // revoked record (after a restart that is later than the revocation: the
 // conservative direction). Otherwise it returns how long is left.
-func (r *DistributedLockReconciler) handOffDue(ctx context.Context, lock *locksv1alpha1.DistributedLock, holder string,
-	obs lease.Observation, now time.Time) (ended string, wait time.Duration, err error) {
+func (r *DistributedLockReconciler) handOffDue(ctx context.Context, p *pass, holder string) (ended string, wait time.Duration, err error) {
+	lock := p.lock
 	// A grant someone else cleared never had its marks removed by a
 	// revocation: make sure they are gone before the wait can end.
 	if err := r.clearPodMarks(ctx, lock, locksv1alpha1.PodNameOf(holder)); err != nil {
@@ -176,17 +174,18 @@ func (r *DistributedLockReconciler) handOffDue(ctx context.Context, lock *locksv
 	if gone {
 		return fmt.Sprintf("pod %s is gone", locksv1alpha1.PodNameOf(holder)), 0, nil
 	}
-	due := obs.ObservedAt.Add(handOffDelay(lock))
-	if now.Before(due) {
-		return "", due.Sub(now), nil
+	due := p.obs.ObservedAt.Add(handOffDelay(lock))
+	if p.now.Before(due) {
+		return "", due.Sub(p.now), nil
 	}
 	return fmt.Sprintf("the hand-off delay (%s) passed since the revocation", handOffDelay(lock)), 0, nil
 }
 
-// handOff ends a revoked grant: it grants the next eligible candidate, or
-// releases the lock when there is none.
-func (r *DistributedLockReconciler) handOff(ctx context.Context, lock *locksv1alpha1.DistributedLock, current *coordinationv1.Lease,
-	from string, eligible []corev1.Pod, now time.Time, interval time.Duration, ended string) (candidateResult, error) {
+// handOff ends a revoked grant (to from, ended says why): it grants the
+// next eligible candidate, or releases the lock when there is none.
+func (r *DistributedLockReconciler) handOff(ctx context.Context, p *pass, from string, eligible []corev1.Pod,
+	ended string) (candidateResult, error) {
+	current := p.state.lease
 	old := locksv1alpha1.PodNameOf(from)
 	if len(eligible) == 0 {
 		released := lease.Release(current)
@@ -199,7 +198,7 @@ func (r *DistributedLockReconciler) handOff(ctx context.Context, lock *locksv1al
 		return candidateResult{lease: updated, events: []lockEvent{{corev1.EventTypeNormal, EventCandidateGone,
 			fmt.Sprintf("%s and no other candidate is eligible: released the lock revoked from %s", ended, old)}}}, nil
 	}
-	res, err := r.grantCandidate(ctx, lock, current, &eligible[0], now, interval)
+	res, err := r.grantCandidate(ctx, p, &eligible[0])
 	if err != nil {
 		return res, err
 	}
@@ -210,11 +209,11 @@ func (r *DistributedLockReconciler) handOff(ctx context.Context, lock *locksv1al
 
 // grantCandidate grants the lock to pod: a new token, in one write that
 // also records the grant as the controller's own.
-func (r *DistributedLockReconciler) grantCandidate(ctx context.Context, lock *locksv1alpha1.DistributedLock, current *coordinationv1.Lease,
-	pod *corev1.Pod, now time.Time, interval time.Duration) (candidateResult, error) {
+func (r *DistributedLockReconciler) grantCandidate(ctx context.Context, p *pass, pod *corev1.Pod) (candidateResult, error) {
+	current := p.state.lease
 	res := candidateResult{lease: current}
 	identity := candidateIdentity(pod)
-	granted, err := lease.Grant(current, identity, lockDuration(lock), now)
+	granted, err := lease.Grant(current, identity, r.Principal, lockDuration(p.lock), p.now)
 	if err != nil {
 		return res, fmt.Errorf("granting the lease to candidate %s: %w", pod.Name, err)
 	}
@@ -227,8 +226,21 @@ func (r *DistributedLockReconciler) grantCandidate(ctx context.Context, lock *lo
 	if err != nil {
 		return res, fmt.Errorf("granting the lease to candidate %s: %w", pod.Name, err)
 	}
-	res.lease, res.renewIn = updated, interval
+	res.lease, res.renewIn = updated, p.renewInterval()
 	return res, nil
+}
+
+// isCandidateGrant reports whether l's current grant is the controller's
+// own in candidates mode: its candidate-grant mark (the manager's alone)
+// names the holder, and the grant is bound to the controller's principal
+// (or, written by an earlier version that recorded none, to nobody). A
+// participant that takes the lock under a candidate's identity holds a
+// grant bound to its own principal: the controller respects it as any
+// library holder's, and never renews it or marks a pod for it.
+func (r *DistributedLockReconciler) isCandidateGrant(l *coordinationv1.Lease) bool {
+	holder := lease.Holder(l)
+	bound := l.Annotations[locksv1alpha1.HolderPrincipalAnnotation]
+	return holder != "" && l.Annotations[locksv1alpha1.CandidateGrantAnnotation] == holder && (bound == r.Principal || bound == "")
 }
 
 // handOffDelay is spec.candidates.handOffDelaySeconds, or the lock's lease
@@ -284,7 +296,7 @@ func (r *DistributedLockReconciler) eligibleCandidates(ctx context.Context, lock
 	if err := r.List(ctx, &pods, client.InNamespace(lock.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, fmt.Errorf("listing candidate pods: %w", err)
 	}
-	eligible := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !podReady(&p) })
+	eligible := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !podReady(&p) || !r.usableIdentity(&p, lock.Name) })
 	slices.SortFunc(eligible, func(a, b corev1.Pod) int {
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 			return c
@@ -304,6 +316,25 @@ func podReady(p *corev1.Pod) bool {
 			return c.Status == corev1.ConditionTrue
 		}
 	}
+	return false
+}
+
+// maxPodNameForIdentity is the longest pod name whose candidateIdentity is
+// of the grammar: the name, the separator and a 36-character UID.
+const maxPodNameForIdentity = lease.MaxIdentityLength - 1 - 36
+
+// usableIdentity reports whether pod's candidateIdentity is of the grammar.
+// A pod whose name is too long is left out of the queue and of candidates
+// mode (with a Warning on the pod): one such pod must not stop the lock's
+// other pods from being queued, admitted or granted.
+func (r *DistributedLockReconciler) usableIdentity(pod *corev1.Pod, lockName string) bool {
+	if lease.ValidIdentity(candidateIdentity(pod)) {
+		return true
+	}
+	r.warnPodOnce(pod, string(pod.UID)+"/name/"+lockName, EventPodNameTooLong, fmt.Sprintf(
+		"the pod's name is %d characters: a pod that runs holding DistributedLock %s, or is one of its candidates, may have a name "+
+			"of at most %d (its holder identity is <pod>_<uid>, at most %d characters); give it a shorter name",
+		len(pod.Name), lockName, maxPodNameForIdentity, lease.MaxIdentityLength))
 	return false
 }
 

@@ -58,6 +58,28 @@ const (
 	EventLeaseHandedBack = "LeaseHandedBack"
 	// EventSelectorInvalid: spec.candidates.podSelector cannot select pods.
 	EventSelectorInvalid = "SelectorInvalid"
+	// EventPodNotMarked (a Warning): the holder identity names a pod that
+	// consents to marks, but the grant is bound to another principal than
+	// that pod: the pod is not marked.
+	EventPodNotMarked = "PodNotMarked"
+	// EventQueueRepaired (a Warning): the controller removed entries of the
+	// queue that nobody could read (outside the grammar) or whose principal
+	// is a pod that no longer exists.
+	EventQueueRepaired = "QueueRepaired"
+	// EventNotPermitted (a Warning, on a pod): the pod's ServiceAccount may
+	// not use the lock it names to run holding: it stays gated.
+	EventNotPermitted = "NotPermitted"
+	// EventPodNameTooLong (a Warning, on a pod): the pod's name is too long
+	// for a holder identity ("<pod>_<uid>", at most lease.MaxIdentityLength
+	// characters), so it can neither run holding a lock nor be a candidate.
+	EventPodNameTooLong = "PodNameTooLong"
+	// EventPodStartTimedOut (a Warning): an admitted pod did not start
+	// within the lock's spec.podStartTimeoutSeconds: the controller deleted
+	// it, and its grant ends once it is gone.
+	EventPodStartTimedOut = "PodStartTimedOut"
+	// EventPodQueued (on a pod): the controller queued a gated pod for the
+	// lock it runs holding; the note says its position.
+	EventPodQueued = "PodQueued"
 	// EventPodAdmitted: the controller granted the lock to a gated pod,
 	// wrote its token annotation and removed its scheduling gate.
 	EventPodAdmitted = "PodAdmitted"

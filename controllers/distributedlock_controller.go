@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -49,18 +50,21 @@ type DistributedLockReconciler struct {
 	Recorder events.EventRecorder
 	// Clock is the controller's time source; expiry is judged on it.
 	Clock clock.PassiveClock
+	// Principal is what the controller's own grants (candidates mode,
+	// admitted pods) and its places for admitted pods record as their
+	// principal: "user=<the manager's username>" (lease.Principal, with no
+	// pod, so that every replica and restart of the manager writes the
+	// same). No participant can write a grant or place bound to it: the
+	// lease-guard policy binds each to the principal of its request.
+	Principal string
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
 	// SkipNameValidation allows a second controller of this name in the
 	// process (several local environments in one tool).
 	SkipNameValidation bool
 
-	observations *lease.Observer
-	metrics      *lockMetrics
-	highWater    *tokenHighWater
-	pending      *pendingEvents
-	passed       *passedPlaces
-	podNotes     *podNotes
+	// memories is what the process remembers between passes.
+	*memories
 }
 
 // +kubebuilder:rbac:groups=locks.frontdesk.dev,resources=distributedlocks,verbs=get;list;watch;update;patch
@@ -76,11 +80,7 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	lock := &locksv1alpha1.DistributedLock{}
 	if err := r.Get(ctx, req.NamespacedName, lock); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.observations.Forget(req.String())
-			r.metrics.forget(req.NamespacedName)
-			r.highWater.forget(req.NamespacedName)
-			r.pending.forget(req.NamespacedName)
-			r.passed.forget(req.NamespacedName)
+			r.forget(req.NamespacedName)
 			if err := r.warnWaitingForMissingLock(ctx, req.NamespacedName); err != nil {
 				return ctrl.Result{}, err
 			}
@@ -90,9 +90,15 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("distributedlock", klog.KObj(lock))
 	ctx = ctrl.LoggerInto(ctx, log)
+	if r.written.behind(req.NamespacedName, lock.ResourceVersion) {
+		// The cache has not brought this controller's own last write of
+		// the lock yet; its event brings the next pass.
+		log.V(1).Info("skipping a pass: the cache still shows the lock before this controller's last write")
+		return ctrl.Result{}, nil
+	}
 
 	result, err := r.reconcile(ctx, lock)
-	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+	if lostRace(err) {
 		// Someone else wrote first. The pass runs again from a fresh read
 		// of the cache, paced by the controller's rate limiter (per-lock
 		// exponential backoff); nothing is retried blindly.
@@ -101,74 +107,161 @@ func (r *DistributedLockReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	return result, err
 }
 
-// reconcile does one pass: lease in place, one status write, events after.
-// The events of Lease writes of a pass that fails after them wait for the
-// next pass (pendingEvents).
+// reconcile does one pass over the lock: its Lease in place, the grants on
+// it judged, one status write, events after. The steps are numbered as in
+// docs/design.md ("One pass of the reconciler"); step 1, reading the lock,
+// is Reconcile's. The events of Lease writes of a pass that fails after
+// them wait for the next pass (pendingEvents).
 func (r *DistributedLockReconciler) reconcile(ctx context.Context, lock *locksv1alpha1.DistributedLock) (_ ctrl.Result, err error) {
+	// 2. Deleted: retire or hand back the Lease, clear pod marks, let it go.
 	if !lock.DeletionTimestamp.IsZero() {
 		return r.finalizeLock(ctx, lock)
 	}
-	if controllerutil.AddFinalizer(lock, locksv1alpha1.LockCleanupFinalizer) {
-		if err := r.Update(ctx, lock); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
-		}
+	// 3. Ensure the lock's cleanup finalizer.
+	if err := r.ensureFinalizer(ctx, lock); err != nil {
+		return ctrl.Result{}, err
 	}
-
-	oldStatus := lock.Status.DeepCopy()
-	state, leaseEvents, err := r.ensureLease(ctx, lock)
+	// 4. Ensure the Lease; the pass starts from it and a failed pass's events.
+	p, err := r.startPass(ctx, lock)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	lockKey := client.ObjectKeyFromObject(lock)
-	leaseEvents = append(r.pending.take(lockKey, lock.UID), leaseEvents...)
-	defer func() {
-		if err != nil {
-			r.pending.keep(lockKey, lock.UID, leaseEvents)
-		}
-	}()
-	// Taken after the Lease was read (it may come from the apiserver, not
-	// the cache): every record observed in this pass existed by now.
-	now := r.Clock.Now()
-
-	var pass grantPass
-	if state.lease != nil {
-		pass, err = r.syncGrants(ctx, lock, &state, now)
-		// The events of the writes made are kept for the next pass if this
-		// one fails.
-		leaseEvents = append(leaseEvents, pass.events...)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
+	defer r.keepEventsIfFailed(p, &err)
+	// 5. Observe the Lease's record on the controller's clock.
+	r.observeLease(p)
+	// 6. Repair the queue: entries nobody can read, places of pods gone.
+	r.repairQueueStep(ctx, p)
+	// 7. Candidates mode: renew, revoke, hand off or grant.
+	r.candidatesStep(ctx, p)
+	// 8. Lock-admitted pods: tend the grant held for one, queue the waiting,
+	//    take the grant for the pod whose turn came, ungate the confirmed.
+	r.admissionsStep(ctx, p)
+	// 9. End a grant as lapsed; remove the places whose turn passed. A step
+	//    of 6 to 9 that lost a write race ends the pass; others fail it later.
+	r.lapseStep(ctx, p)
+	stepErr := p.stepErr()
+	if lostRace(stepErr) {
+		return ctrl.Result{}, stepErr
 	}
-	obs := pass.obs
-
-	res := deriveStatus(statusInput{lock: lock, lease: state, observation: obs, now: now,
-		highWater: r.highWater.get(lockKey)})
-	setGatedPods(&res.status, pass.gatedPods)
-	grantToken := obs.Record.Token
-	controllerGrant := isControllerGrant(state.lease, obs.Record.Holder)
-	if res.status.HolderPod, err = r.holderPodName(ctx, lock, &res.status, grantToken, controllerGrant); err != nil {
+	// 10. A grant landed during the pass (an event showed a newer token):
+	//     no status from the older record; that event brings the next pass,
+	//     and this pass's events wait for it (a failed pass keeps them).
+	if r.judgedStale(ctx, p) {
+		if stepErr == nil {
+			r.pending.keep(p.key, p.lock.UID, p.events)
+		}
+		return ctrl.Result{RequeueAfter: time.Second}, stepErr
+	}
+	// 11. Derive the new status in memory.
+	if err := r.passStatus(ctx, p); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.updateStatus(ctx, lock, res.status); err != nil {
+	// 12. One status write, only if something changed.
+	if err := r.updateStatus(ctx, lock, p.status.status); err != nil {
 		return ctrl.Result{}, err
 	}
-	lapseIn, err := r.releaseTerminatingLease(ctx, lock, state.lease, obs, now)
-	result := ctrl.Result{RequeueAfter: earliest(res.expiresIn, pass.renewIn, state.retryIn, lapseIn)}
-	if err != nil {
-		return result, err
+	// 13. If the Lease is terminating and its token is now recorded,
+	//     release its finalizer.
+	if err := r.releaseTerminatingLease(ctx, p); err != nil {
+		return p.result(), err
 	}
-	if err := r.markHolderPod(ctx, lock, oldStatus.HolderPod, &lock.Status, grantToken); err != nil {
-		// Marks are for workloads' convenience; a failure must not delay
-		// the renewal this pass scheduled. The next pass tries again.
+	// 14. Mark the holder pod; a failure is only logged (see markHolder).
+	r.markHolder(ctx, p)
+	// 15. Record events for what changed, after the status write succeeded.
+	r.recordPassEvents(p)
+	// 16. Come back at the earliest deadline.
+	return p.result(), stepErr
+}
+
+// keepEventsIfFailed keeps the pass's events for the next pass of the lock
+// when the pass ends with an error (*err).
+func (r *DistributedLockReconciler) keepEventsIfFailed(p *pass, err *error) {
+	if *err != nil {
+		r.pending.keep(p.key, p.lock.UID, p.events)
+	}
+}
+
+// markHolder marks the holder pod as the pass's status names it (see
+// markHolderPod). Marks are for workloads' convenience: a failure is
+// logged, and must not delay the renewal this pass scheduled; the next
+// pass tries again.
+func (r *DistributedLockReconciler) markHolder(ctx context.Context, p *pass) {
+	if err := r.markHolderPod(ctx, p.lock, p.oldStatus.HolderPod, &p.lock.Status, p.obs.Record.Token); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "marking the holder pod")
 	}
-	leaseEvents = newLeaseEvents(oldStatus, state.reason, leaseEvents)
-	statusEvents := statusEventsBesides(leaseEvents, res.events)
-	r.metrics.statusWritten(lockKey, &lock.Status, r.Clock.Now())
-	r.metrics.observed(lockKey, append(candidateTransitions(leaseEvents), statusEvents...), now)
-	r.recordEvents(lock, state.lease, append(leaseEvents, statusEvents...))
-	return result, nil
+}
+
+// ensureFinalizer adds the lock's cleanup finalizer when it is missing, in
+// one Update carrying the lock's resourceVersion.
+func (r *DistributedLockReconciler) ensureFinalizer(ctx context.Context, lock *locksv1alpha1.DistributedLock) error {
+	if !controllerutil.AddFinalizer(lock, locksv1alpha1.LockCleanupFinalizer) {
+		return nil
+	}
+	before := lock.ResourceVersion
+	if err := r.Update(ctx, lock); err != nil {
+		return fmt.Errorf("adding finalizer: %w", err)
+	}
+	r.written.wrote(client.ObjectKeyFromObject(lock), before)
+	return nil
+}
+
+// judgedStale reports whether the record the pass judged is older than a
+// token an event of its Lease already showed (a grant landed during the
+// pass; see staleness.go). It reads the token high water the status is
+// derived with.
+func (r *DistributedLockReconciler) judgedStale(ctx context.Context, p *pass) bool {
+	p.highWater = r.highWater.get(p.key)
+	if p.state.lease == nil || !p.state.ready || p.highWater <= lease.Token(p.state.lease) {
+		return false
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("skipping the status write: an event already showed a newer token than the record judged",
+		"judged", lease.Token(p.state.lease), "seen", p.highWater)
+	return true
+}
+
+// passStatus derives the lock's new status in memory (deriveStatus, pure),
+// with the pods waiting, the queue's length, the Guarded condition and the
+// holder pod.
+func (r *DistributedLockReconciler) passStatus(ctx context.Context, p *pass) error {
+	res := deriveStatus(statusInput{lock: p.lock, lease: p.state, observation: p.obs, now: p.now,
+		highWater: p.highWater})
+	setGatedPods(&res.status, p.gatedPods)
+	res.status.Waiting = 0
+	if p.state.lease != nil {
+		res.status.Waiting = int32(len(lease.Queue(p.state.lease)))
+	}
+	grant := grantOwner{token: p.obs.Record.Token, controllers: r.isControllerGrant(p.state.lease, p.obs.Record.Holder)}
+	if p.state.lease != nil {
+		grant.principal = p.state.lease.Annotations[locksv1alpha1.HolderPrincipalAnnotation]
+	}
+	guarded, why, err := r.leaseGuardIn(ctx, p.lock.Namespace)
+	if err != nil {
+		return err
+	}
+	setGuarded(&res.status, p.lock.Generation, guarded, why)
+	var notMarked *lockEvent
+	if res.status.HolderPod, notMarked, err = r.holderPodName(ctx, p.lock, &res.status, grant); err != nil {
+		return err
+	}
+	if notMarked != nil {
+		res.events = append(res.events, *notMarked)
+	}
+	p.status = res
+	return nil
+}
+
+// recordPassEvents records the pass's events once its status is written:
+// the Lease events (less a warning the Ready condition already reported)
+// and the status events they do not explain better; it counts the
+// transitions and the status write's lag. None are then kept for the next
+// pass.
+func (r *DistributedLockReconciler) recordPassEvents(p *pass) {
+	leaseEvents := newLeaseEvents(p.oldStatus, p.state.reason, p.events)
+	statusEvents := statusEventsBesides(leaseEvents, p.status.events)
+	r.metrics.statusWritten(p.key, &p.lock.Status, r.Clock.Now())
+	r.metrics.observed(p.key, append(candidateTransitions(leaseEvents), statusEvents...), p.now)
+	r.recordEvents(p.lock, p.state.lease, append(leaseEvents, statusEvents...))
+	p.events = nil // recorded: none kept for the next pass
 }
 
 // statusEventsBesides drops the status-derived events that the lease
@@ -202,9 +295,11 @@ func (r *DistributedLockReconciler) updateStatus(ctx context.Context, lock *lock
 		return nil
 	}
 	lock.Status = status
+	before := lock.ResourceVersion
 	if err := r.Status().Update(ctx, lock); err != nil {
 		return fmt.Errorf("updating status: %w", err)
 	}
+	r.written.wrote(client.ObjectKeyFromObject(lock), before)
 	return nil
 }
 
@@ -330,12 +425,7 @@ func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ct
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	r.observations = lease.NewObserver()
-	r.metrics = newLockMetrics()
-	r.highWater = newTokenHighWater()
-	r.pending = newPendingEvents()
-	r.passed = newPassedPlaces()
-	r.podNotes = newPodNotes()
+	r.memories = newMemories()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &locksv1alpha1.DistributedLock{}, leaseNameIndex,
 		func(o client.Object) []string {
 			l := o.(*locksv1alpha1.DistributedLock)
@@ -350,6 +440,8 @@ func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ct
 		For(&locksv1alpha1.DistributedLock{}).
 		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
 		Watches(&corev1.Pod{}, r.podEvents()).
+		Watches(&admissionregistrationv1.ValidatingAdmissionPolicy{}, r.allLocks()).
+		Watches(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, r.allLocks()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1), SkipNameValidation: &r.SkipNameValidation}).
 		Named("distributedlock").
 		Complete(r)

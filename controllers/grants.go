@@ -3,86 +3,118 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
-// grantPass is what a pass's writes on the lock's Lease leave behind: the
-// record as last observed, when to look again for a renewal or a turn, the
-// gated pods waiting, and the events of the writes.
-type grantPass struct {
-	obs       lease.Observation
-	renewIn   time.Duration
-	gatedPods []corev1.Pod
-	events    []lockEvent
-}
+// The steps of a pass on the lock's Lease, in the order reconcile takes
+// them: the repair of the queue (entries nobody can read, places of pods
+// that are gone), candidates mode, admitted pods, then the lapse of a grant
+// left unrenewed and the removal of queue places whose turn passed. Each
+// does nothing when the lock has no Lease to mirror. state.lease follows
+// each write, and each written record is observed on the controller's
+// clock. A step that fails adds its error to the pass and does not keep
+// the lapse and the removal of passed places from being judged: no entry
+// or pod can stop a lock's grants from ending. The events of the writes
+// made are the pass's, also when a later step fails.
 
-// syncGrants makes the pass's writes on state.lease, in order: the
-// candidates-mode grant, the grants of admitted pods, the lapse mark of a
-// grant left unrenewed, and the removal of queue places whose turn passed.
-// state.lease follows each write, and each written record is observed on
-// the controller's clock. now is when the pass read the Lease. On an error
-// the result still holds the events of the writes already made.
-func (r *DistributedLockReconciler) syncGrants(ctx context.Context, lock *locksv1alpha1.DistributedLock, state *leaseState,
-	now time.Time) (grantPass, error) {
-	lockKey := client.ObjectKeyFromObject(lock)
-	key := lockKey.String()
-	var pass grantPass
-	pass.obs = r.observations.Observe(key, lease.RecordOf(state.lease), now)
-	cand, err := r.reconcileCandidates(ctx, lock, state.lease, pass.obs, now)
-	if err != nil {
-		return pass, err
-	}
-	// Observed when the write was answered, not at the start of the pass:
-	// a hand-off delay counts from the revocation's write.
-	r.follow(key, state, &pass, cand.lease, r.Clock.Now())
-	pass.events, pass.renewIn = cand.events, cand.renewIn
-	adm, err := r.reconcileAdmissions(ctx, lock, state.lease, pass.obs, now)
-	if err != nil {
-		return pass, err
-	}
-	r.follow(key, state, &pass, adm.lease, r.Clock.Now())
-	pass.events, pass.renewIn = append(pass.events, adm.events...), earliest(pass.renewIn, adm.renewIn)
-	pass.gatedPods = adm.gated
-	marked, markIn, err := r.markLapsed(ctx, lock, state.lease, pass.obs, now)
-	if err != nil {
-		return pass, err
-	}
-	r.follow(key, state, &pass, marked, now)
-	pruneIn, err := r.removePassedPlaces(ctx, lockKey, state.lease, pass.obs, lease.TurnLength(lockDuration(lock)), now)
-	if err != nil {
-		return pass, err
-	}
-	pass.renewIn = earliest(pass.renewIn, markIn, pruneIn)
-	if cand.selectorErr != nil && state.ready {
-		state.ready, state.reason = false, locksv1alpha1.ReasonInvalidSelector
-		state.message = fmt.Sprintf("candidates mode grants nothing: %v; fix spec.candidates.podSelector", cand.selectorErr)
-		pass.events = append(pass.events, lockEvent{corev1.EventTypeWarning, EventSelectorInvalid, state.message})
-	}
-	return pass, nil
-}
-
-// follow takes up written as the pass's Lease when a write replaced
-// state.lease, and observes its record as of at.
-func (r *DistributedLockReconciler) follow(key string, state *leaseState, pass *grantPass, written *coordinationv1.Lease, at time.Time) {
-	if written == state.lease {
+// observeLease observes the record of the pass's Lease as of the pass's now.
+func (r *DistributedLockReconciler) observeLease(p *pass) {
+	if p.state.lease == nil {
 		return
 	}
-	state.lease = written
-	pass.obs = r.observations.Observe(key, lease.RecordOf(written), at)
+	p.obs = r.observations.Observe(p.key.String(), lease.RecordOf(p.state.lease), p.now)
+}
+
+// repairQueueStep is the repair of the queue (see repairQueue) in a pass.
+func (r *DistributedLockReconciler) repairQueueStep(ctx context.Context, p *pass) {
+	if p.state.lease == nil {
+		return
+	}
+	repaired, ev, recheck, err := r.repairQueue(ctx, p.state.lease, r.Clock.Now())
+	if err != nil {
+		p.errs = append(p.errs, err)
+		return
+	}
+	r.follow(p, repaired, r.Clock.Now())
+	if ev != nil {
+		p.events = append(p.events, *ev)
+	}
+	p.renewIn = earliest(p.renewIn, recheck)
+}
+
+// candidatesStep is candidates mode (see reconcileCandidates) in a pass.
+// Its write is observed when it was answered, not at the start of the
+// pass: a hand-off delay counts from the revocation's write. It is followed
+// (and its events kept) also when a later part of the step failed.
+func (r *DistributedLockReconciler) candidatesStep(ctx context.Context, p *pass) {
+	if p.state.lease == nil {
+		return
+	}
+	cand, err := r.reconcileCandidates(ctx, p)
+	if cand.lease != nil {
+		r.follow(p, cand.lease, r.Clock.Now())
+	}
+	p.events, p.renewIn = append(p.events, cand.events...), earliest(p.renewIn, cand.renewIn)
+	if err != nil {
+		p.errs, p.candidatesFailed = append(p.errs, err), true
+		return
+	}
+	p.selectorErr = cand.selectorErr
+}
+
+// admissionsStep is admission of the lock's pods (see reconcileAdmissions)
+// in a pass, after candidates mode succeeded. A candidates selector that
+// cannot select pods is reported once admission succeeded too.
+func (r *DistributedLockReconciler) admissionsStep(ctx context.Context, p *pass) {
+	if p.state.lease == nil || p.candidatesFailed {
+		return
+	}
+	adm, err := r.reconcileAdmissions(ctx, p)
+	if adm.lease != nil {
+		r.follow(p, adm.lease, r.Clock.Now())
+	}
+	p.events, p.renewIn = append(p.events, adm.events...), earliest(p.renewIn, adm.renewIn)
+	if err != nil {
+		p.errs = append(p.errs, err)
+		return
+	}
+	p.gatedPods = adm.gated
+	if p.selectorErr != nil && p.state.ready {
+		p.state.ready, p.state.reason = false, locksv1alpha1.ReasonInvalidSelector
+		p.state.message = fmt.Sprintf("candidates mode grants nothing: %v; fix spec.candidates.podSelector", p.selectorErr)
+		p.events = append(p.events, lockEvent{corev1.EventTypeWarning, EventSelectorInvalid, p.state.message})
+	}
+}
+
+// lapseStep ends the Lease's grant as lapsed when it went unrenewed for its
+// lease duration (see markLapsed), then removes the queue places a
+// takeover passed over and the head of a free lock's queue whose turn
+// passed (see removePassedPlaces). A failed lapse mark ends the step.
+func (r *DistributedLockReconciler) lapseStep(ctx context.Context, p *pass) {
+	if p.state.lease == nil {
+		return
+	}
+	marked, markIn, err := r.markLapsed(ctx, p)
+	if err != nil {
+		p.errs = append(p.errs, err)
+		return
+	}
+	r.follow(p, marked, p.now)
+	pruneIn, err := r.removePassedPlaces(ctx, p)
+	p.renewIn = earliest(p.renewIn, markIn, pruneIn)
+	if err != nil {
+		p.errs = append(p.errs, err)
+	}
 }
 
 // isControllerGrant reports whether holder's grant on l is one the
 // controller holds on a pod's behalf: a candidates-mode grant or an
 // admitted pod's.
-func isControllerGrant(l *coordinationv1.Lease, holder string) bool {
-	return l != nil && holder != "" &&
-		(l.Annotations[locksv1alpha1.CandidateGrantAnnotation] == holder ||
-			isAdmittedGrant(l) && lease.Holder(l) == holder)
+func (r *DistributedLockReconciler) isControllerGrant(l *coordinationv1.Lease, holder string) bool {
+	return l != nil && holder != "" && lease.Holder(l) == holder && (r.isCandidateGrant(l) || isAdmittedGrant(l))
 }

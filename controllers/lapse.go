@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
@@ -24,17 +23,17 @@ import (
 // mark locks.frontdesk.dev/lapsed naming the token, so that status tells a
 // lapse from a release; the waiters then take their turns.
 
-// markLapsed ends l's grant as lapsed when the controller has seen its
-// record go unrenewed for the lease duration, unless the grant is the
-// controller's own (candidates mode, admitted pods: it renews those, and
-// ends them by its own rules). It
-// returns the Lease as written, or l when there was nothing to write, and
-// how long until the lapse is due otherwise (zero for never).
-func (r *DistributedLockReconciler) markLapsed(ctx context.Context, lock *locksv1alpha1.DistributedLock, l *coordinationv1.Lease,
-	obs lease.Observation, now time.Time) (*coordinationv1.Lease, time.Duration, error) {
+// markLapsed ends the grant on the pass's Lease l as lapsed when the
+// controller has seen its record go unrenewed for the lease duration,
+// unless the grant is the controller's own (candidates mode, admitted pods:
+// it renews those, and ends them by its own rules). It returns the Lease as
+// written, or l when there was nothing to write, and how long until the
+// lapse is due otherwise (zero for never).
+func (r *DistributedLockReconciler) markLapsed(ctx context.Context, p *pass) (*coordinationv1.Lease, time.Duration, error) {
+	lock, l, obs, now := p.lock, p.state.lease, p.obs, p.now
 	rec := obs.Record
 	if l == nil || rec.Holder == "" || rec.Lapsed || !ownedBy(l, lock) ||
-		l.Annotations[locksv1alpha1.CandidateGrantAnnotation] == rec.Holder || isAdmittedGrant(l) {
+		r.isCandidateGrant(l) || isAdmittedGrant(l) {
 		return l, 0, nil
 	}
 	if deadline := obs.Deadline(lockDuration(lock)); now.Before(deadline) {

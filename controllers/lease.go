@@ -262,22 +262,7 @@ func (r *DistributedLockReconciler) syncLease(ctx context.Context, lock *locksv1
 		}
 		floor = max(floor, adoptFloor)
 	}
-	record := l.Labels[locksv1alpha1.LockNameLabel] == lock.Name
-	lease.SetController(l, lock.UID) // also moves an earlier version's owner reference to the annotation
-	if record && l.Annotations[locksv1alpha1.LeaseOriginAnnotation] == "" {
-		// Earlier versions wrote no origin: a Lease that carries the lock's
-		// name is taken as frontdesk's own, the cautious direction (it is
-		// kept as a record, never handed back without its finalizer).
-		l.Annotations[locksv1alpha1.LeaseOriginAnnotation] = locksv1alpha1.LeaseOriginCreated
-	}
-	if !record && adopting {
-		l.Annotations[locksv1alpha1.LeaseOriginAnnotation] = locksv1alpha1.LeaseOriginAdopted
-	}
-	controllerutil.AddFinalizer(l, locksv1alpha1.LeaseTokenFinalizer)
-	if l.Labels == nil {
-		l.Labels = map[string]string{}
-	}
-	l.Labels[locksv1alpha1.LockNameLabel] = lock.Name
+	record := tieLease(l, lock, adopting)
 
 	if lease.Token(l) < floor {
 		voided := lease.Holder(l)
@@ -311,6 +296,30 @@ func (r *DistributedLockReconciler) syncLease(ctx context.Context, lock *locksv1
 	return l, events, nil
 }
 
+// tieLease ties l, a copy being edited, to the lock: its controller, its
+// origin (adopting: the lock did not control it before), the token
+// finalizer and the lock's name label. It reports whether l already
+// carried the lock's name (a record of this name).
+func tieLease(l *coordinationv1.Lease, lock *locksv1alpha1.DistributedLock, adopting bool) (record bool) {
+	record = l.Labels[locksv1alpha1.LockNameLabel] == lock.Name
+	lease.SetController(l, lock.UID) // also moves an earlier version's owner reference to the annotation
+	if record && l.Annotations[locksv1alpha1.LeaseOriginAnnotation] == "" {
+		// Earlier versions wrote no origin: a Lease that carries the lock's
+		// name is taken as frontdesk's own, the cautious direction (it is
+		// kept as a record, never handed back without its finalizer).
+		l.Annotations[locksv1alpha1.LeaseOriginAnnotation] = locksv1alpha1.LeaseOriginCreated
+	}
+	if !record && adopting {
+		l.Annotations[locksv1alpha1.LeaseOriginAnnotation] = locksv1alpha1.LeaseOriginAdopted
+	}
+	controllerutil.AddFinalizer(l, locksv1alpha1.LeaseTokenFinalizer)
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[locksv1alpha1.LockNameLabel] = lock.Name
+	return record
+}
+
 // adoptionEvent says how the lock came to control the Lease: a record of a
 // deleted lock of its name taken over, or a Lease frontdesk did not create
 // adopted (free, or held as spec.leaseAdoption allows).
@@ -339,25 +348,27 @@ func adoptionEvent(lock *locksv1alpha1.DistributedLock, before, after *coordinat
 // stops renewing a terminating Lease, so its grant lapses within one lease
 // duration), and a revoked candidate keeps its hand-off delay. The Update
 // carries the resourceVersion the token was read from: a grant in between
-// makes it conflict, and the next pass records that grant first. It returns
-// how long until the holder lapses when it is still live.
-func (r *DistributedLockReconciler) releaseTerminatingLease(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	l *coordinationv1.Lease, obs lease.Observation, now time.Time) (time.Duration, error) {
+// makes it conflict, and the next pass records that grant first. While
+// the holder is still live, it sets the pass's lapseIn to how long until
+// the holder lapses.
+func (r *DistributedLockReconciler) releaseTerminatingLease(ctx context.Context, p *pass) error {
+	lock, l := p.lock, p.state.lease
 	if l == nil || l.DeletionTimestamp == nil || !controllerutil.ContainsFinalizer(l, locksv1alpha1.LeaseTokenFinalizer) {
-		return 0, nil
+		return nil
 	}
-	if lapse := holderLapse(lock, l, obs); now.Before(lapse) {
-		return lapse.Sub(now), nil
+	if lapse := holderLapse(lock, l, p.obs); p.now.Before(lapse) {
+		p.lapseIn = lapse.Sub(p.now)
+		return nil
 	}
 	if lease.Token(l) > lock.Status.FencingToken {
-		return 0, fmt.Errorf("lease %s has token %d not yet recorded in status", l.Name, lease.Token(l))
+		return fmt.Errorf("lease %s has token %d not yet recorded in status", l.Name, lease.Token(l))
 	}
 	l = l.DeepCopy()
 	controllerutil.RemoveFinalizer(l, locksv1alpha1.LeaseTokenFinalizer)
 	if err := r.Update(ctx, l); err != nil {
-		return 0, fmt.Errorf("releasing finalizer of terminating lease %s: %w", l.Name, err)
+		return fmt.Errorf("releasing finalizer of terminating lease %s: %w", l.Name, err)
 	}
-	return 0, nil
+	return nil
 }
 
 // holderLapse is when the Lease's holder is gone as the controller observes

@@ -129,12 +129,13 @@ func expiredFront(q []lease.Waiter, freeFor, turn time.Duration) (tickets []stri
 	return []string{q[0].Ticket}, 0
 }
 
-// removePassedPlaces removes, from the lock's Lease l, the places noted as
+// removePassedPlaces removes, from the pass's Lease l, the places noted as
 // passed over and, if the lock is free, the first places whose turns
-// passed while it stayed free (the observation obs says since when). It
+// passed while it stayed free (the pass's observation says since when). It
 // returns how long until the next such turn has passed (zero: none).
-func (r *DistributedLockReconciler) removePassedPlaces(ctx context.Context, key types.NamespacedName, l *coordinationv1.Lease,
-	obs lease.Observation, turn time.Duration, now time.Time) (time.Duration, error) {
+func (r *DistributedLockReconciler) removePassedPlaces(ctx context.Context, p *pass) (time.Duration, error) {
+	key, l, obs, now := p.key, p.state.lease, p.obs, p.now
+	turn := lease.TurnLength(lockDuration(p.lock))
 	tickets := r.passed.take(key)
 	if l == nil {
 		return 0, nil

@@ -2,16 +2,22 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
 // podEnd is what the pod watch proved about how a pod went away.
@@ -78,6 +84,15 @@ func (n *podNotes) deleted(p *corev1.Pod, unknown bool) {
 	delete(n.graceful, p.UID)
 }
 
+// mayProve reports whether p's delete event would prove how it ended (see
+// deleted): only then is the deletion worth checking with the apiserver.
+func (n *podNotes) mayProve(p *corev1.Pod) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return p.Annotations[locksv1alpha1.RunsHoldingAnnotation] != "" &&
+		(p.Spec.NodeName == "" || n.graceful[p.UID] && containersStopped(p))
+}
+
 // endOf is what is proven about how the pod with uid went.
 func (n *podNotes) endOf(uid types.UID) podEnd {
 	n.mu.Lock()
@@ -141,7 +156,7 @@ func (r *DistributedLockReconciler) podEvents() handler.EventHandler {
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
 			if p, ok := e.Object.(*corev1.Pod); ok {
 				r.podNotes.saw(p)
-				r.podNotes.deleted(p, e.DeleteStateUnknown)
+				r.podNotes.deleted(p, e.DeleteStateUnknown || !r.podNotes.mayProve(p) || !r.deletedAt(ctx, p))
 			}
 			enqueue(ctx, e.Object, q)
 		},
@@ -163,4 +178,28 @@ func containersStopped(p *corev1.Pod) bool {
 		}
 	}
 	return true
+}
+
+// deletedAt reports whether the pod of a delete event was deleted at the
+// event's resourceVersion. The cache holds participant pods only: a pod
+// whose participant label is removed leaves it with a delete event too,
+// carrying its last state as a participant, while it lives on (and may be
+// bound and run later). So the event proves a deletion only if the pod
+// is not there as of the event's own revision (a list at exactly that
+// resourceVersion); when that cannot be read (compacted since), it proves
+// nothing.
+func (r *DistributedLockReconciler) deletedAt(ctx context.Context, p *corev1.Pod) bool {
+	if r.APIReader == nil || p.ResourceVersion == "" {
+		return false
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	err := r.APIReader.List(ctx, list, client.InNamespace(p.Namespace), client.MatchingFields{"metadata.name": p.Name},
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: p.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchExact}})
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("could not tell whether a pod that left the cache was deleted: taking it as unproven",
+			"pod", klog.KObj(p), "resourceVersion", p.ResourceVersion, "error", err.Error())
+		return false
+	}
+	return !slices.ContainsFunc(list.Items, func(m metav1.PartialObjectMetadata) bool { return m.UID == p.UID })
 }

@@ -20,38 +20,70 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;update
 
 // holderPodName is the pod the live holder's identity names, if it exists
 // in the lock's namespace, is not terminating, has the UID the identity
-// carries ("<pod>_<uid>[_<suffix>]") and consents: it lists the lock in its
-// locks.frontdesk.dev/may-hold annotation, or the controller granted it the
-// lock in candidates mode (the lock's own selector chose it). "" otherwise.
-// Nobody can have a pod marked (and a Service route to it) by holding a
-// lock under an identity that names the pod: UIDs are not secret (holder
-// identities show them), the pod's consent is. A holder whose
-// grant token is below the highest token seen (a newer grant is on its way)
-// gets no pod: its marks would carry a token that is not its own.
+// carries ("<pod>_<uid>[_<suffix>]") and is the holder: the controller holds
+// the grant for it (controllerGrant: candidates mode, where the lock's own
+// selector chose it, or an admitted pod), or the grant is bound to that
+// very pod (its principal, from the token the pod's ServiceAccount got
+// bound to it, names the pod's UID) and the pod consents (it lists the lock
+// in its locks.frontdesk.dev/may-hold annotation). "" otherwise. An
+// identity is a name anyone can write: a participant that holds the lock
+// under another pod's identity gets that pod no marks, and refused says
+// why, once per grant. A holder whose grant token is below the highest
+// token seen (a newer grant is on its way) gets no pod: its marks would
+// carry a token that is not its own.
 func (r *DistributedLockReconciler) holderPodName(ctx context.Context, lock *locksv1alpha1.DistributedLock,
-	st *locksv1alpha1.DistributedLockStatus, grantToken int64, candidateGrant bool) (string, error) {
+	st *locksv1alpha1.DistributedLockStatus, grant grantOwner) (name string, refused *lockEvent, err error) {
 	uid := locksv1alpha1.PodUIDOf(st.Holder)
-	if uid == "" || !meta.IsStatusConditionTrue(st.Conditions, locksv1alpha1.ConditionHeld) || grantToken < st.FencingToken {
-		return "", nil
+	if uid == "" || !meta.IsStatusConditionTrue(st.Conditions, locksv1alpha1.ConditionHeld) || grant.token < st.FencingToken {
+		return "", nil, nil
 	}
 	pod := &corev1.Pod{}
-	name := locksv1alpha1.PodNameOf(st.Holder)
-	if err := r.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: name}, pod); err != nil {
+	podName := locksv1alpha1.PodNameOf(st.Holder)
+	if err := r.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: podName}, pod); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", nil
+			return "", nil, nil
 		}
-		return "", fmt.Errorf("reading holder pod %s: %w", name, err)
+		return "", nil, fmt.Errorf("reading holder pod %s: %w", podName, err)
 	}
-	if pod.DeletionTimestamp != nil || string(pod.UID) != uid || !candidateGrant && !locksv1alpha1.MayHold(pod.Annotations, lock.Name) {
-		return "", nil
+	if pod.DeletionTimestamp != nil || string(pod.UID) != uid || !grant.controllers && !locksv1alpha1.MayHold(pod.Annotations, lock.Name) {
+		return "", nil, nil
 	}
-	return pod.Name, nil
+	if !grant.controllers && lease.PrincipalPodUID(grant.principal) != uid {
+		return "", r.notMarkedOnce(lock, pod, st.Holder, grant), nil
+	}
+	return pod.Name, nil, nil
+}
+
+// grantOwner is what the live grant says of who holds it: its token, its
+// principal (locks.frontdesk.dev/holder-principal), and whether the
+// controller holds it on a pod's behalf.
+type grantOwner struct {
+	token       int64
+	principal   string
+	controllers bool
+}
+
+// notMarkedOnce is the warning that pod is not marked as the holder whose
+// identity names it, because the grant is bound to another principal: once
+// per grant.
+func (r *DistributedLockReconciler) notMarkedOnce(lock *locksv1alpha1.DistributedLock, pod *corev1.Pod, holder string, grant grantOwner) *lockEvent {
+	if !r.podNotes.firstWarning(fmt.Sprintf("%s/notmarked/%s/%d", pod.UID, lock.Name, grant.token)) {
+		return nil
+	}
+	bound := grant.principal
+	if bound == "" {
+		bound = "no principal"
+	}
+	return &lockEvent{corev1.EventTypeWarning, EventPodNotMarked, fmt.Sprintf(
+		"holder %s (fencing token %d) names pod %s, but its grant is bound to %s, not to that pod (pod=%s): the pod is not marked as the holder; "+
+			"a pod is marked only for a grant its own ServiceAccount token made", holder, grant.token, pod.Name, bound, pod.UID)}
 }
 
 // markHolderPod puts the lock's label and annotations (with the holder's

@@ -78,10 +78,7 @@ func (r *DistributedLockReconciler) finalizeLock(ctx context.Context, lock *lock
 	if err := r.Update(ctx, lock); err != nil {
 		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}
-	key := client.ObjectKeyFromObject(lock)
-	r.observations.Forget(key.String())
-	r.metrics.forget(key)
-	r.highWater.forget(key)
+	r.forgetGrants(client.ObjectKeyFromObject(lock))
 	return ctrl.Result{}, nil
 }
 

@@ -18,7 +18,7 @@ import (
 func TestRoutineWriteIsRenewalOrQueueOnly(t *testing.T) {
 	base := makeLease("a", 4, 10, t0, t0)
 	base.Labels = map[string]string{locksv1alpha1.LockNameLabel: "billing"}
-	queued := lease.SetQueue(base.DeepCopy(), []lease.Waiter{{Identity: "b", Ticket: "tb"}})
+	queued := lease.SetQueue(base.DeepCopy(), []lease.Waiter{{Principal: "user=b", Identity: "b", Ticket: "tb"}})
 	for _, tc := range []struct {
 		name    string
 		old     *coordinationv1.Lease
@@ -41,7 +41,7 @@ func TestRoutineWriteIsRenewalOrQueueOnly(t *testing.T) {
 			return out
 		}, false},
 		{"a new grant", base, func(l *coordinationv1.Lease) *coordinationv1.Lease {
-			out, _ := lease.Grant(l, "b", 10*time.Second, t0.Add(time.Second))
+			out, _ := lease.Grant(l, "b", "user=test", 10*time.Second, t0.Add(time.Second))
 			return out
 		}, false},
 		{"the lock label removed", base, func(l *coordinationv1.Lease) *coordinationv1.Lease {
@@ -75,9 +75,9 @@ func TestPassedPlaces(t *testing.T) {
 	turn := time.Second
 	old := makeLease("", 4, 10, t0, t0)
 	old.Labels = map[string]string{locksv1alpha1.LockNameLabel: "billing"}
-	old = lease.SetQueue(old, []lease.Waiter{{Identity: "a", Ticket: "ta"}, {Identity: "b", Ticket: "tb"}, {Identity: "c", Ticket: "tc"}})
+	old = lease.SetQueue(old, []lease.Waiter{{Principal: "user=a", Identity: "a", Ticket: "ta"}, {Principal: "user=b", Identity: "b", Ticket: "tb"}, {Principal: "user=c", Identity: "c", Ticket: "tc"}})
 	took := func(l *coordinationv1.Lease, identity string, keep ...string) *coordinationv1.Lease {
-		out, _ := lease.Grant(l, identity, 10*time.Second, t0)
+		out, _ := lease.Grant(l, identity, "user=test", 10*time.Second, t0)
 		var q []lease.Waiter
 		for _, w := range lease.Queue(l) {
 			if slices.Contains(keep, w.Ticket) {
@@ -97,7 +97,7 @@ func TestPassedPlaces(t *testing.T) {
 	if got := passedOver(old, outsider, 3*turn, turn); !slices.Equal(got, []string{"ta", "tb", "tc"}) {
 		t.Errorf("a caller outside the queue after every turn: passed %v", got)
 	}
-	handed, _ := lease.Grant(old, "a", 10*time.Second, t0)
+	handed, _ := lease.Grant(old, "a", "user=test", 10*time.Second, t0)
 	handed.Annotations[locksv1alpha1.TicketAnnotation] = "ta"
 	if got := passedOver(old, handed, 9*turn, turn); got != nil {
 		t.Errorf("a hand-off passes nobody over: %v", got)

@@ -4,21 +4,25 @@ module github.com/frontdesk-dev/frontdesk/test
 // use: the integration, chaos and kind e2e suites, the benchmark (with the
 // etcd and Redis clients it compares against), the billing demo (SQLite)
 // and their commands. Keeping it apart keeps those dependencies out of the
-// go.mod that importers of pkg/lock, pkg/fencing and pkg/leaderelection
-// inherit. Nothing imports this module.
+// go.mods of the library (pkg/go.mod) and the root module. Nothing imports
+// this module.
 
 go 1.26.0
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/frontdesk-dev/frontdesk v0.0.0
+	github.com/frontdesk-dev/frontdesk/api v0.0.0
+	github.com/frontdesk-dev/frontdesk/pkg v0.0.0
 	github.com/go-logr/logr v1.4.3
+	github.com/google/cel-go v0.29.2
 	github.com/onsi/gomega v1.44.0
 	github.com/prometheus/client_golang v1.24.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.7.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
+	k8s.io/apiserver v0.37.2
 	k8s.io/client-go v0.37.2
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
@@ -66,7 +70,6 @@ require (
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/btree v1.1.3 // indirect
-	github.com/google/cel-go v0.29.2 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
@@ -125,7 +128,6 @@ require (
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/apiextensions-apiserver v0.37.2 // indirect
-	k8s.io/apiserver v0.37.2 // indirect
 	k8s.io/cli-runtime v0.37.2 // indirect
 	k8s.io/component-base v0.37.2 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
@@ -141,4 +143,8 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
 
-replace github.com/frontdesk-dev/frontdesk => ../
+replace (
+	github.com/frontdesk-dev/frontdesk => ../
+	github.com/frontdesk-dev/frontdesk/api => ../api
+	github.com/frontdesk-dev/frontdesk/pkg => ../pkg
+)

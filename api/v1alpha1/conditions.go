@@ -11,6 +11,11 @@ const (
 	// ConditionHeld is True while a holder owns the lock and the controller
 	// has observed a renewal within the lease duration.
 	ConditionHeld = "Held"
+	// ConditionGuarded is True when the lease-guard admission policy
+	// (config/lease-policy) is installed and bound to the lock's namespace:
+	// the apiserver then keeps participants from ending each other's
+	// grants. False says what is missing.
+	ConditionGuarded = "Guarded"
 )
 
 // Reasons for the Ready condition.
@@ -71,4 +76,15 @@ const (
 	// fencing token (written by hand, not granted): it is not a valid grant
 	// and nobody should act on it.
 	ReasonInvalidGrant = "InvalidGrant"
+)
+
+// Reasons for the Guarded condition.
+const (
+	// ReasonLeaseGuarded: the lease-guard policy is installed and a binding
+	// of it that denies applies to the lock's namespace.
+	ReasonLeaseGuarded = "LeaseGuarded"
+	// ReasonLeaseGuardMissing: no lease-guard policy, or no binding of it
+	// that denies and applies to the lock's namespace: nothing keeps
+	// participants from ending each other's grants.
+	ReasonLeaseGuardMissing = "LeaseGuardMissing"
 )

@@ -1,12 +1,18 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // DefaultLeaseDurationSeconds is the lease duration used when a lock does not
 // set spec.leaseDurationSeconds. It must match the +kubebuilder:default marker.
 const DefaultLeaseDurationSeconds int32 = 15
+
+// DefaultPodStartTimeoutSeconds is spec.podStartTimeoutSeconds when unset.
+// It must match the +kubebuilder:default marker.
+const DefaultPodStartTimeoutSeconds = 300
 
 // LeaseAdoption says when a lock adopts an existing Lease that no object
 // controls and frontdesk did not create.
@@ -62,6 +68,19 @@ type DistributedLockSpec struct {
 	// +optional
 	// +kubebuilder:default=WhenFree
 	LeaseAdoption LeaseAdoption `json:"leaseAdoption,omitempty"`
+
+	// podStartTimeoutSeconds bounds how long a pod that runs holding this
+	// lock (annotation locks.frontdesk.dev/runs-holding) may take to start
+	// once the controller granted it the lock and removed its gate: a pod
+	// still unscheduled, or whose containers have not started, that long
+	// after, is deleted by the controller (its Job, if any, makes another,
+	// which queues again), and its grant ends once the pod is proven gone,
+	// so it never runs later without the lock. Default 300.
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	PodStartTimeoutSeconds int32 `json:"podStartTimeoutSeconds,omitempty"`
 }
 
 // CandidatesSpec selects the pods the controller holds the lock for.
@@ -203,6 +222,13 @@ type DistributedLockStatus struct {
 	// +optional
 	OldestGatedPod string `json:"oldestGatedPod,omitempty"`
 
+	// waiting is how many places the lock's queue held at the last status
+	// change (waiters of the library and kubectl dlock, and gated pods the
+	// controller queued). A registration alone writes no status: kubectl
+	// dlock describe reads the queue itself.
+	// +optional
+	Waiting int32 `json:"waiting,omitempty"`
+
 	// observedGeneration is the metadata.generation this status was computed
 	// from.
 	// +optional
@@ -231,6 +257,7 @@ type DistributedLockStatus struct {
 // +kubebuilder:printcolumn:name="Held",type=string,JSONPath=`.status.conditions[?(@.type=="Held")].status`
 // +kubebuilder:printcolumn:name="Lease",type=integer,JSONPath=`.spec.leaseDurationSeconds`,description="Lease duration in seconds: a holder that stops renewing lapses this long after its last renewal (renewals are not written to status)"
 // +kubebuilder:printcolumn:name="Acquired",type=date,JSONPath=`.status.acquireTime`,description="When the current grant was made, as written by its grantor"
+// +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.waiting`,priority=1,description="Places in the queue at the last status change"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
 // +kubebuilder:printcolumn:name="LeaseName",type=string,JSONPath=`.status.leaseName`,priority=1
 // +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.holderPod`,priority=1
@@ -259,6 +286,15 @@ func (l *DistributedLock) EffectiveLeaseName() string {
 	return l.Name
 }
 
+// EffectivePodStartTimeout is spec.podStartTimeoutSeconds, or its default
+// when unset.
+func (l *DistributedLock) EffectivePodStartTimeout() time.Duration {
+	if l.Spec.PodStartTimeoutSeconds > 0 {
+		return time.Duration(l.Spec.PodStartTimeoutSeconds) * time.Second
+	}
+	return DefaultPodStartTimeoutSeconds * time.Second
+}
+
 // EffectiveLeaseDurationSeconds is spec.leaseDurationSeconds, or the default
 // when it is unset (for objects that bypassed apiserver defaulting).
 func (l *DistributedLock) EffectiveLeaseDurationSeconds() int32 {
@@ -278,8 +314,4 @@ type DistributedLockList struct {
 	// items are the DistributedLocks.
 	// +required
 	Items []DistributedLock `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&DistributedLock{}, &DistributedLockList{})
 }

@@ -70,6 +70,12 @@ const (
 	// that status can tell a break from holders that came and went unseen;
 	// the next grant drops it.
 	BrokenAtAnnotation = "locks.frontdesk.dev/broken-at"
+	// PolicyLabel marks the admission policies frontdesk ships, so the
+	// manager finds them whatever their names: PolicyLabelLeaseGuard on the
+	// lease-guard policy and its binding.
+	PolicyLabel = "locks.frontdesk.dev/policy"
+	// PolicyLabelLeaseGuard is PolicyLabel's value on the lease guard.
+	PolicyLabelLeaseGuard = "lease-guard"
 )
 
 // Keys of the queue of waiters and of the grant's marks on a Lease (see
@@ -85,6 +91,12 @@ const (
 	// the apiserver's admission policy, never by a client, so that nobody
 	// but that principal removes the place (the lease-guard policy).
 	QueuedByPrefix = "queued-by.locks.frontdesk.dev/"
+	// PodTicketPrefix starts the ticket of a place the controller registers
+	// for a pod that runs holding the lock (RunsHoldingAnnotation): the
+	// prefix and the pod's UID, with identity "<pod>_<uid>". Such tickets
+	// are the manager's alone: the lease-guard policy refuses them to
+	// everyone else.
+	PodTicketPrefix = "pod-"
 	// TicketAnnotation names the ticket of the waiter a release handed the
 	// lock to. Only the waiter holding that ticket may take the grant up,
 	// so two processes sharing an identity cannot both believe they hold it.
@@ -156,6 +168,24 @@ const (
 	// IdentitySeparator separates the pod name from the rest of a holder
 	// identity: "<pod>_<suffix>". It cannot occur in a pod name.
 	IdentitySeparator = "_"
+)
+
+// Keys of the fencing policy (config/fencing-policy) on the objects it
+// fences: an object opts in with FencedLabel, and each write names the lock
+// and carries the fencing token of the writer's grant. The policy refuses a
+// write whose token is malformed, lower than the object's or the lock's, or
+// above any the lock granted, and one that removes or changes these keys.
+const (
+	// FencedLabel, set to "true" on an object, opts it in: the policy's
+	// bindings select objects by it.
+	FencedLabel = "locks.frontdesk.dev/fenced"
+	// FencingLockAnnotation on a fenced object names the DistributedLock (in
+	// the object's namespace) whose holders write it. It may not change once
+	// set.
+	FencingLockAnnotation = "locks.frontdesk.dev/fencing-lock"
+	// FencingTokenAnnotation on a fenced object is the fencing token of the
+	// grant under which it was last written, in decimal.
+	FencingTokenAnnotation = "locks.frontdesk.dev/fencing-token"
 )
 
 // ManagerAnnotations are the annotations on a lock's Lease that only the

@@ -1,14 +1,22 @@
-// Command dist writes what dist/ ships from config/: the install bundle
+// Command dist writes what dist/ ships from config/: the install bundles
 // (config/default as kustomize renders it, in one file, with the manager's
-// image set) and the Helm chart (every object of config/default, and
-// config/prometheus's each behind a value, with the values a user sets
-// templated in, so that the chart's default rendering is the bundle). With
-// -check it compares a rendering of the chart (helm template) with the
-// bundle, object by object.
+// image set; config/mutating's optional MutatingAdmissionPolicies in a file
+// of their own) and the Helm chart (every object of config/default, and
+// config/mutating's and config/prometheus's each behind a value and the
+// cluster's capabilities, with the values a user sets templated in, so
+// that the chart's default rendering is the bundles the cluster can take).
+// With -check it compares a rendering of the chart (helm template) with the
+// bundles, object by object, and with -served also checks that the
+// rendering holds no object of a kind the cluster does not serve.
 //
-//	go run ./hack/dist -bundle dist/install.yaml -image frontdesk-controller:latest
-//	go run ./hack/dist -chart dist/chart -image frontdesk-controller:latest
-//	go run ./hack/dist -check rendered.yaml -against dist/install.yaml
+// It is a Go module of its own (hack/dist/go.mod), built into
+// bin/frontdesk-dist by make dist-generator, and run from the repository's
+// root (it reads config/ and writes dist/ relative to it):
+//
+//	bin/frontdesk-dist -bundle dist/install.yaml -mutating-bundle dist/install-mutating.yaml -image frontdesk-controller:latest
+//	bin/frontdesk-dist -chart dist/chart -image frontdesk-controller:latest
+//	bin/frontdesk-dist -check rendered.yaml -against dist/install.yaml,dist/install-mutating.yaml
+//	bin/frontdesk-dist -check rendered.yaml -against dist/install.yaml -served v1/Namespace,apps/v1/Deployment,...
 package main
 
 import (
@@ -32,18 +40,20 @@ import (
 )
 
 func main() {
-	bundle := flag.String("bundle", "", "Write the install bundle to this file.")
+	bundle := flag.String("bundle", "", "Write the install bundle (config/default) to this file.")
+	mutating := flag.String("mutating-bundle", "", "With -bundle: write config/mutating's bundle to this file.")
 	chart := flag.String("chart", "", "Write the chart into this directory (replaced).")
 	image := flag.String("image", "frontdesk-controller:latest", "The manager's image (repository:tag): the bundle's, and the chart's default.")
 	check := flag.String("check", "", "Compare this rendering of the chart with -against.")
-	against := flag.String("against", "dist/install.yaml", "The install bundle -check compares with.")
+	against := flag.String("against", "dist/install.yaml", "The bundles -check compares with, comma-separated: the rendering must hold their objects and no others.")
+	served := flag.String("served", "", "With -check: the kinds the cluster serves, as group/version/Kind, comma-separated; the rendering may hold no object of another kind.")
 	flag.Parse()
 	var err error
 	switch {
 	case *check != "":
-		err = compare(*check, *against)
+		err = compare(*check, strings.Split(*against, ","), *served)
 	case *bundle != "":
-		err = writeBundle(*bundle, *image)
+		err = writeBundles(*bundle, *mutating, *image)
 	case *chart != "":
 		err = writeChart(*chart, *image)
 	default:
@@ -59,29 +69,65 @@ func main() {
 // chart replace.
 const managerImage = "image: controller:latest"
 
-// writeBundle renders config/default into one file, with the manager's
-// image set.
-func writeBundle(path, image string) error {
+// bundleHeader is the head of dist/install.yaml.
+const bundleHeader = `# frontdesk install bundle: config/default rendered by make build-installer; do not edit.
+# Kubernetes 1.33 and later: kubectl apply --server-side -f install.yaml
+# Where the cluster serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy
+# (Kubernetes 1.36 and later), apply install-mutating.yaml after it: the admission
+# gate and the principal of stock client-go electors' grants. Without it, a pod
+# that runs holding a lock carries the scheduling gate in its template
+# (docs/annotations.md). Upgrade: apply the new release's bundles the same way.
+# kubectl delete -f install.yaml deletes the CRD, and every lock with it: delete
+# the locks first, while the manager runs (README, "Install, upgrade, uninstall").
+`
+
+// mutatingHeader is the head of dist/install-mutating.yaml.
+const mutatingHeader = `# frontdesk's optional MutatingAdmissionPolicies: config/mutating rendered by make
+# build-installer; do not edit. Only for clusters that serve
+# admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36 and
+# later); apply it after install.yaml:
+#   kubectl apply --server-side -f install-mutating.yaml
+# Nothing install.yaml enforces depends on it.
+`
+
+// writeBundles renders config/default into one file, with the manager's
+// image set, and config/mutating into another when mutatingPath is set.
+func writeBundles(path, mutatingPath, image string) error {
 	objs, err := render("config/default")
 	if err != nil {
 		return err
 	}
-	var b strings.Builder
-	b.WriteString("# frontdesk install bundle: config/default rendered by make build-installer; do not edit.\n")
-	b.WriteString("# Install: kubectl apply --server-side -f install.yaml (Kubernetes 1.36 or later).\n")
 	replaced := false
+	for i, o := range objs {
+		if o.kind == "Deployment" && strings.Contains(string(o.yaml), managerImage) {
+			objs[i].yaml, replaced = []byte(strings.ReplaceAll(string(o.yaml), managerImage, "image: "+image)), true
+		}
+	}
+	if !replaced {
+		return fmt.Errorf("config/default has no Deployment with %q", managerImage)
+	}
+	if err := writeBundle(path, bundleHeader, objs); err != nil {
+		return err
+	}
+	if mutatingPath == "" {
+		return nil
+	}
+	mutating, err := render("config/mutating")
+	if err != nil {
+		return err
+	}
+	return writeBundle(mutatingPath, mutatingHeader, mutating)
+}
+
+// writeBundle writes objs into one file, after header.
+func writeBundle(path, header string, objs []object) error {
+	var b strings.Builder
+	b.WriteString(header)
 	for i, o := range objs {
 		if i > 0 {
 			b.WriteString("---\n")
 		}
-		text := string(o.yaml)
-		if o.kind == "Deployment" && strings.Contains(text, managerImage) {
-			text, replaced = strings.ReplaceAll(text, managerImage, "image: "+image), true
-		}
-		b.WriteString(text)
-	}
-	if !replaced {
-		return fmt.Errorf("config/default has no Deployment with %q", managerImage)
+		b.Write(o.yaml)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
@@ -89,14 +135,22 @@ func writeBundle(path, image string) error {
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-// writeChart renders config/default and config/prometheus and writes the
-// chart.
+// mutatingCondition renders config/mutating's policies only where the
+// cluster serves MutatingAdmissionPolicy v1, unless a value turns them off.
+const mutatingCondition = `and .Values.mutatingPolicies.enabled (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy")`
+
+// writeChart renders config/default, config/mutating and config/prometheus
+// and writes the chart.
 func writeChart(out, image string) error {
 	repo, tag, ok := strings.Cut(image, ":")
 	if !ok {
 		return fmt.Errorf("-image %q: want repository:tag", image)
 	}
 	objs, err := render("config/default")
+	if err != nil {
+		return err
+	}
+	mutating, err := render("config/mutating")
 	if err != nil {
 		return err
 	}
@@ -110,12 +164,20 @@ func writeChart(out, image string) error {
 	if err := os.MkdirAll(filepath.Join(out, "templates"), 0o755); err != nil {
 		return err
 	}
+	writeTemplate := func(o object, text string) error {
+		name := strings.ToLower(o.kind + "-" + o.name + ".yaml")
+		return os.WriteFile(filepath.Join(out, "templates", name), []byte(text), 0o644)
+	}
 	var resources any
 	for _, o := range append(objs, monitoring...) {
 		text := escape(string(o.yaml))
 		switch {
 		case o.kind == "Deployment":
 			if text, resources, err = templateDeployment(text, o.yaml); err != nil {
+				return err
+			}
+		case o.kind == "CustomResourceDefinition":
+			if text, err = templateCRD(text); err != nil {
 				return err
 			}
 		case strings.HasPrefix(o.apiVersion, "admissionregistration.k8s.io/"):
@@ -127,8 +189,12 @@ func writeChart(out, image string) error {
 		case o.kind == "PrometheusRule":
 			text = wrap(`and .Values.alerts.enabled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule")`, text)
 		}
-		name := strings.ToLower(o.kind + "-" + o.name + ".yaml")
-		if err := os.WriteFile(filepath.Join(out, "templates", name), []byte(text), 0o644); err != nil {
+		if err := writeTemplate(o, text); err != nil {
+			return err
+		}
+	}
+	for _, o := range mutating {
+		if err := writeTemplate(o, wrap(mutatingCondition, escape(string(o.yaml)))); err != nil {
 			return err
 		}
 	}
@@ -163,7 +229,8 @@ appVersion: "0.1.0"
 
 const valuesYAML = `# Generated by hack/dist from config/ (make chart); do not edit. The
 # defaults render config/default's objects, the install bundle's
-# (dist/install.yaml): make verify checks that.
+# (dist/install.yaml), and config/mutating's (dist/install-mutating.yaml)
+# where the cluster serves MutatingAdmissionPolicy: make verify checks both.
 
 # The manager's image.
 image:
@@ -196,9 +263,29 @@ alerts:
   # config/prometheus's PrometheusRule, where its CRD exists.
   enabled: true
 
+crds:
+  # Keep the DistributedLock CRD, and with it every lock, when the release is
+  # uninstalled (helm.sh/resource-policy: keep); a reinstall of the release
+  # (same name and namespace) takes it up again, and the locks' Leases carry
+  # their fencing tokens on. false: helm uninstall deletes the CRD and every
+  # lock; delete the locks first, while the manager runs (README, "Install,
+  # upgrade, uninstall").
+  keep: true
+
 policies:
-  # The Lease guard (config/lease-policy): admission policies that keep
-  # participants from harming each other's grants.
+  # The Lease guard (config/lease-policy): ValidatingAdmissionPolicies that
+  # keep participants from harming each other's grants.
+  enabled: true
+
+mutatingPolicies:
+  # config/mutating's MutatingAdmissionPolicies: the admission gate and the
+  # principal of stock client-go electors' grants. Rendered only where the
+  # cluster serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy
+  # (Kubernetes 1.36 and later; helm reads .Capabilities, so helm template
+  # needs --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy);
+  # false leaves them out everywhere. Without the admission gate, a pod that
+  # runs holding a lock carries the scheduling gate in its template
+  # (docs/annotations.md).
   enabled: true
 
 priority:
@@ -232,16 +319,32 @@ func render(dir string) ([]object, error) {
 	return objs, nil
 }
 
-var braces = regexp.MustCompile(`\{\{|\}\}`)
+// braces is a run of braces with "{{" or "}}" in it, whole: a brace next
+// to an escaped pair would make a delimiter of its own ("{}}" in CEL).
+var braces = regexp.MustCompile(`[{}]*(\{\{|\}\})[{}]*`)
 
 // escape keeps helm from reading "{{" and "}}" in the objects (alert
-// annotations are Go templates of their own).
+// annotations are Go templates of their own, CEL has nested braces).
 func escape(s string) string {
 	return braces.ReplaceAllStringFunc(s, func(b string) string { return `{{ "` + b + `" }}` })
 }
 
 func wrap(cond, text string) string {
 	return "{{- if " + cond + " }}\n" + text + "{{- end }}\n"
+}
+
+// keepAnnotation is helm's resource policy that leaves an object in place
+// when the release is uninstalled, or when an upgrade no longer renders it.
+const keepAnnotation = "helm.sh/resource-policy"
+
+// templateCRD gives the CRD helm's keep policy, unless crds.keep is false.
+func templateCRD(text string) (string, error) {
+	re := regexp.MustCompile(`(?m)^  annotations:\n`)
+	loc := re.FindStringIndex(text)
+	if loc == nil {
+		return "", errors.New("the CRD has no metadata.annotations: update hack/dist")
+	}
+	return text[:loc[1]] + "    {{- if .Values.crds.keep }}\n    " + keepAnnotation + ": keep\n    {{- end }}\n" + text[loc[1]:], nil
 }
 
 // templateDeployment puts the values into the manager's Deployment and
@@ -285,17 +388,39 @@ func templateDeployment(text string, raw []byte) (string, any, error) {
 	return text, d.Spec.Template.Spec.Containers[0].Resources, nil
 }
 
-// compare fails unless the files hold the same objects.
-func compare(renderedPath, bundlePath string) error {
+// compare fails unless the rendering holds the objects of the bundles and
+// no others, helm's keep policy aside (only helm reads it), and, when
+// served is set, none of a kind outside that list.
+func compare(renderedPath string, bundlePaths []string, served string) error {
 	rendered, err := decodeFile(renderedPath)
 	if err != nil {
 		return err
 	}
-	bundle, err := decodeFile(bundlePath)
-	if err != nil {
-		return err
+	bundle := map[string]*unstructured.Unstructured{}
+	for _, path := range bundlePaths {
+		objs, err := decodeFile(path)
+		if err != nil {
+			return err
+		}
+		for k, o := range objs {
+			if _, dup := bundle[k]; dup {
+				return fmt.Errorf("%s: %s is in another bundle too", path, k)
+			}
+			bundle[k] = o
+		}
 	}
 	var diffs []string
+	if served != "" {
+		kinds := strings.Split(served, ",")
+		for k, r := range rendered {
+			if !slices.Contains(kinds, r.GetAPIVersion()+"/"+r.GetKind()) {
+				diffs = append(diffs, k+": rendered by the chart, a kind the cluster does not serve")
+			}
+		}
+	}
+	for _, r := range rendered {
+		dropKeepPolicy(r)
+	}
 	for k, o := range bundle {
 		r, ok := rendered[k]
 		switch {
@@ -312,12 +437,30 @@ func compare(renderedPath, bundlePath string) error {
 			diffs = append(diffs, k+": rendered by the chart, not in the bundle")
 		}
 	}
+	bundles := strings.Join(bundlePaths, " + ")
 	if len(diffs) > 0 {
 		slices.Sort(diffs)
-		return fmt.Errorf("the chart's default rendering (%s) is not the bundle (%s):\n%s", renderedPath, bundlePath, strings.Join(diffs, "\n"))
+		return fmt.Errorf("the chart's rendering (%s) is not the bundle (%s):\n%s", renderedPath, bundles, strings.Join(diffs, "\n"))
 	}
-	fmt.Printf("the chart's defaults render the bundle's %d objects\n", len(bundle))
+	fmt.Printf("%s: the chart renders the %d objects of %s", renderedPath, len(bundle), bundles)
+	if served != "" {
+		fmt.Printf(", each of a kind the cluster serves")
+	}
+	fmt.Println()
 	return nil
+}
+
+// dropKeepPolicy removes helm's keep policy from o.
+func dropKeepPolicy(o *unstructured.Unstructured) {
+	a := o.GetAnnotations()
+	if _, ok := a[keepAnnotation]; !ok {
+		return
+	}
+	delete(a, keepAnnotation)
+	if len(a) == 0 {
+		a = nil
+	}
+	o.SetAnnotations(a)
 }
 
 func decodeFile(path string) (map[string]*unstructured.Unstructured, error) {

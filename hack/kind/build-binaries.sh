@@ -40,7 +40,8 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor"
   ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
-echo "building ${all[*]} from Go modules into $out (cold: ~15 min)" >&2
+# The longest step of a cold node image, and it prints nothing while it runs.
+echo "building ${all[*]} from Go modules into $out (cold: 20 to 50 min on 2 cores, the longer under load; silent meanwhile)" >&2
 pkgs=()
 for b in "${k8s_bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
 # One go build at a time: each links several packages in one invocation.

@@ -8,17 +8,40 @@
 # from the Dockerfiles.
 #
 # Usage: hack/kind/build-images.sh MANAGER_IMAGE PLUGIN_IMAGE DEMO_IMAGE
+#        SOURCE_REF=COMMIT hack/kind/build-images.sh MANAGER_IMAGE PLUGIN_IMAGE
 # An image is rebuilt only when its binary changed (label dev.frontdesk.kind.stamp).
+#
+# With SOURCE_REF, the manager and kubectl-dlock are built from that commit
+# of this repository (git archive, kept under bin/kind/source/), for the
+# e2e test of an upgrade from an earlier release; the plugin image then
+# carries busybox too, so that a test pod can run a command under a lock
+# with it, and no demo image is built.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 # shellcheck source=hack/kind/lib.sh
 source "$here/lib.sh"
-manager_image=${1:?usage: build-images.sh MANAGER_IMAGE PLUGIN_IMAGE DEMO_IMAGE}
-plugin_image=${2:?usage: build-images.sh MANAGER_IMAGE PLUGIN_IMAGE DEMO_IMAGE}
-demo_image=${3:?usage: build-images.sh MANAGER_IMAGE PLUGIN_IMAGE DEMO_IMAGE}
+usage="usage: build-images.sh MANAGER_IMAGE PLUGIN_IMAGE DEMO_IMAGE, or SOURCE_REF=COMMIT build-images.sh MANAGER_IMAGE PLUGIN_IMAGE"
+manager_image=${1:?$usage}
+plugin_image=${2:?$usage}
+src="$root"
 work="$root/bin/kind/frontdesk"
+plugin_busybox=
+if [[ -n "${SOURCE_REF:-}" ]]; then
+  commit=$(git -C "$root" rev-parse --verify "$SOURCE_REF^{commit}")
+  src="$root/bin/kind/source/$commit"
+  work="$root/bin/kind/frontdesk-$commit"
+  plugin_busybox=busybox
+  if [[ ! -f "$src/.complete" ]]; then
+    rm -rf "$src"
+    mkdir -p "$src"
+    git -C "$root" archive "$commit" | tar -x -C "$src"
+    touch "$src/.complete"
+  fi
+else
+  demo_image=${3:?$usage}
+fi
 start=$(date +%s)
 
 # busybox comes from the node image's Debian root filesystem.
@@ -26,11 +49,13 @@ start=$(date +%s)
 busybox="$root/bin/kind/rootfs/rootfs/bin/busybox"
 
 mkdir -p "$work/bin"
-cd "$root"
+cd "$src"
 export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 nice -n 19 go build -trimpath -ldflags="-s -w" -o "$work/bin/manager" .
 nice -n 19 go build -trimpath -ldflags="-s -w" -o "$work/bin/" ./cmd/kubectl-dlock
-nice -n 19 go -C test build -trimpath -ldflags="-s -w" -o "$work/bin/" ./cmd/frontdesk-demo # the test module
+if [[ -z "${SOURCE_REF:-}" ]]; then
+  nice -n 19 go -C test build -trimpath -ldflags="-s -w" -o "$work/bin/" ./cmd/frontdesk-demo # the test module
+fi
 
 # image NAME BINARY [busybox]: one image with /BINARY as its entrypoint.
 image() {
@@ -60,6 +85,8 @@ image() {
 }
 
 image "$manager_image" manager
-image "$plugin_image" kubectl-dlock
-image "$demo_image" frontdesk-demo busybox
+image "$plugin_image" kubectl-dlock ${plugin_busybox:+"$plugin_busybox"}
+if [[ -z "${SOURCE_REF:-}" ]]; then
+  image "$demo_image" frontdesk-demo busybox
+fi
 echo "frontdesk images ready in $(($(date +%s) - start))s" >&2

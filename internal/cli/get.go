@@ -34,7 +34,8 @@ HOLDER and TOKEN come from the lock's Lease, the source of truth (acquire,
 renew and release are compare-and-swap writes on it). HELD is the
 controller's view from the lock's status: whether it sees the grant live,
 judged on its own clock (Expired once it has seen no renewal for the lease
-duration). DURATION is the lease duration: a holder that stops renewing
+duration). WAITING is how many waiters are queued on the Lease (describe
+lists them). DURATION is the lease duration: a holder that stops renewing
 lapses that long after its last renewal, as timed by whoever watches the
 Lease (renewals are not written to status, so no exact expiry is). STATUS is InSync
 when the Lease and the status agree; otherwise it names what is wrong (Stale:
@@ -62,7 +63,7 @@ to stderr.`,
 				return err
 			}
 			if len(views) == 0 && (output == "" || output == "wide") {
-				fmt.Fprintf(o.streams.ErrOut, "No locks found in namespace %s.\n", ns)
+				fmt.Fprintf(o.streams.ErrOut, "No locks found in namespace %s.\n", printable(ns))
 				return nil
 			}
 			if err := printObject(o.streams.Out, obj, views, output); err != nil {
@@ -130,7 +131,7 @@ func printObject(out io.Writer, obj runtime.Object, views []lockView, output str
 func printWarnings(out io.Writer, views []lockView) {
 	for i := range views {
 		if p := views[i].problem(); p != "" {
-			fmt.Fprintf(out, "warning: lock %s: %s\n", views[i].lock.Name, p)
+			fmt.Fprintf(out, "warning: lock %s: %s\n", printable(views[i].lock.Name), printable(p))
 		}
 	}
 }
@@ -154,9 +155,12 @@ func toLocks(obj runtime.Object) ([]locksv1alpha1.DistributedLock, error) {
 	return locks, nil
 }
 
+// printTable prints the views as get's table. Every string from the
+// cluster goes through printable: a tab or a line break in a field would
+// forge columns or rows.
 func printTable(out io.Writer, views []lockView, wide bool) error {
 	w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
-	header := "NAME\tHOLDER\tTOKEN\tHELD\tDURATION\tSTATUS\tAGE"
+	header := "NAME\tHOLDER\tTOKEN\tHELD\tWAITING\tDURATION\tSTATUS\tAGE"
 	if wide {
 		header += "\tLEASE\tREADY\tRENEWED"
 	}
@@ -165,11 +169,11 @@ func printTable(out io.Writer, views []lockView, wide bool) error {
 	for i := range views {
 		v := &views[i]
 		l := v.lock
-		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%ds\t%s\t%s", l.Name, orNone(v.holder()), v.token(),
-			v.held(), v.duration(), v.state(), age(l.CreationTimestamp, now))
+		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%ds\t%s\t%s", printable(l.Name), printable(orNone(v.holder())), v.token(),
+			printable(v.held()), v.waiting(), v.duration(), v.state(), age(l.CreationTimestamp, now))
 		if wide {
-			row += fmt.Sprintf("\t%s\t%s\t%s", v.leaseName,
-				conditionStatus(l, locksv1alpha1.ConditionReady), v.renewed())
+			row += fmt.Sprintf("\t%s\t%s\t%s", printable(v.leaseName),
+				printable(conditionStatus(l, locksv1alpha1.ConditionReady)), v.renewed())
 		}
 		fmt.Fprintln(w, row)
 	}

@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -173,7 +174,11 @@ func (v *lockView) problem() string {
 	case stateLeaseMissing:
 		return fmt.Sprintf("Lease %s not found; the frontdesk controller creates it: is the frontdesk manager running? (showing the controller's last status)", name)
 	case stateLeaseUnreadable:
-		return fmt.Sprintf("cannot read Lease %s: %v (showing the controller's last status)", name, v.leaseErr)
+		msg := fmt.Sprintf("cannot read Lease %s: %v (showing the controller's last status)", name, v.leaseErr)
+		if hint := forbiddenHint(v.leaseErr, "get", v.lock.Namespace); hint != "" {
+			msg += "; " + hint
+		}
+		return msg
 	case stateLeaseNotOwned:
 		return fmt.Sprintf("Lease %s is not this lock's: %s; see the lock's Ready condition (showing the controller's last status)", name, ownerOf(v.lease))
 	case stateLeaseDeleting:
@@ -182,6 +187,9 @@ func (v *lockView) problem() string {
 		return fmt.Sprintf("Lease %s names holder %s but has no spec.leaseTransitions, so no fencing token: it was not written by a frontdesk grant; break the lock (kubectl dlock break %s) to fence it", name, v.leaseHolder(), v.lock.Name)
 	case stateStale:
 		return "status stale: " + v.staleness() + "; is the frontdesk manager running?"
+	}
+	if c := meta.FindStatusCondition(v.lock.Status.Conditions, locksv1alpha1.ConditionGuarded); c != nil && c.Status == metav1.ConditionFalse {
+		return "not guarded: " + c.Message
 	}
 	return ""
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 )
 
@@ -51,10 +52,13 @@ under an identity nobody saw.`,
 			if err != nil {
 				return err
 			}
+			if err := checkIdentity(c.Identity()); err != nil {
+				return err
+			}
 			// A closed stdout must fail the write below, not kill the
 			// process between the grant and its release.
 			signal.Ignore(syscall.SIGPIPE)
-			g, err := acquire(cmd.Context(), c, wait)
+			g, err := o.acquire(cmd.Context(), c, wait)
 			if err != nil {
 				return err
 			}
@@ -95,21 +99,35 @@ func printGrant(out io.Writer, info grantInfo, output, name string) error {
 	default:
 		b = fmt.Appendf(nil, "acquired %s as %s with fencing token %d\n"+
 			"the grant is not renewed after this command; release it with: kubectl dlock release %s --identity %s\n",
-			info.Lock, info.Holder, info.FencingToken, name, info.Holder)
+			printable(info.Lock), printable(info.Holder), info.FencingToken, printable(name), printable(info.Holder))
 	}
 	_, err := out.Write(b)
 	return err
 }
 
-// acquire tries once (wait 0) or waits up to wait for the lock.
-func acquire(ctx context.Context, c *lock.Client, wait time.Duration) (*lock.Grant, error) {
+// checkIdentity refuses, before anything is written, an identity a new
+// grant may not carry (the Lease's grammar, which the lease-guard policy
+// enforces too): so the identity the plugin prints and exports as
+// $LOCK_HOLDER is printable ASCII as it is.
+func checkIdentity(identity string) error {
+	if lease.ValidIdentity(identity) {
+		return nil
+	}
+	return fmt.Errorf("identity %q is not of the grammar %s: 1 to %d printable ASCII characters, not starting or ending with a space (nothing acquired)",
+		identity, lease.IdentityPattern, lease.MaxIdentityLength)
+}
+
+// acquire tries once (wait 0) or waits up to wait for the lock. A lock
+// held by a lock-admitted pod is said to be (withHolderNote).
+func (o *options) acquire(ctx context.Context, c *lock.Client, wait time.Duration) (*lock.Grant, error) {
 	if wait <= 0 {
 		g, err := c.TryAcquire(ctx)
-		return g, withWaitHint(err)
+		return g, withWaitHint(o.withHolderNote(ctx, c, err))
 	}
-	ctx, cancel := context.WithTimeout(ctx, wait)
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	return c.Acquire(ctx)
+	g, err := c.Acquire(waitCtx)
+	return g, o.withHolderNote(ctx, c, err)
 }
 
 // withWaitHint adds to ErrHeld, from a single try (--wait 0, the
@@ -150,7 +168,7 @@ the lock (ClusterRole frontdesk-lock-admin).`,
 			if err := c.Release(cmd.Context()); err != nil {
 				return err
 			}
-			fmt.Fprintf(o.streams.Out, "released %s (was held by %s)\n", c.LockName(), identity)
+			fmt.Fprintf(o.streams.Out, "released %s (was held by %s)\n", printable(c.LockName()), printable(identity))
 			return nil
 		},
 	}
@@ -180,7 +198,7 @@ for the lock: bind the ClusterRole frontdesk-lock-admin to who may break locks.`
 				return err
 			}
 			fmt.Fprintf(o.streams.Out, "broke %s: was held by %s with fencing token %d; fencing token is now %d\n",
-				c.LockName(), orNone(res.PreviousHolder), res.PreviousToken, res.Token)
+				printable(c.LockName()), printable(orNone(res.PreviousHolder)), res.PreviousToken, res.Token)
 			return nil
 		},
 	}

@@ -49,6 +49,12 @@ type options struct {
 
 // NewCommand builds the `kubectl dlock` command tree.
 func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	root, _ := newCommand(streams)
+	return root
+}
+
+// newCommand builds the command tree and the options its commands share.
+func newCommand(streams genericiooptions.IOStreams) (*cobra.Command, *options) {
 	o := &options{config: genericclioptions.NewConfigFlags(true), streams: streams}
 	root := &cobra.Command{
 		// The binary is kubectl-dlock; users type "kubectl dlock", and that is
@@ -75,28 +81,46 @@ resources you write, so they can reject a holder that paused past its lease.`,
 		newBreakCommand(o),
 		newRunCommand(o),
 	)
-	return root
+	return root, o
 }
 
 // Main runs the plugin with args and returns the process exit status.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	cmd := NewCommand(genericiooptions.IOStreams{In: stdin, Out: stdout, ErrOut: stderr})
+	cmd, o := newCommand(genericiooptions.IOStreams{In: stdin, Out: stdout, ErrOut: stderr})
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
-	err := cmd.Execute()
+	sub, err := cmd.ExecuteC()
 	var exit *ExitError
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &exit):
 		if exit.Err != nil {
-			fmt.Fprintln(stderr, "error:", exit.Err)
+			printError(stderr, exit.Err, sub, o)
 		}
 		return exit.Code
 	default:
-		fmt.Fprintln(stderr, "error:", err)
+		printError(stderr, err, sub, o)
 		return 1
+	}
+}
+
+// printError prints the error a command ended with, escaped (its text
+// carries strings from the cluster), and for an RBAC refusal which
+// ClusterRole to bind and how.
+func printError(stderr io.Writer, err error, sub *cobra.Command, o *options) {
+	fmt.Fprintln(stderr, "error:", printable(err.Error()))
+	verb := ""
+	if sub != nil {
+		verb = sub.Name()
+	}
+	ns, nsErr := o.namespace()
+	if nsErr != nil {
+		ns = "default"
+	}
+	if hint := forbiddenHint(err, verb, ns); hint != "" {
+		fmt.Fprintln(stderr, printable(hint))
 	}
 }
 

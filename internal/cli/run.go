@@ -106,6 +106,9 @@ shell would, before acquiring); 128+N if signal N ended the wait for the lock
 			if err != nil {
 				return err
 			}
+			if err := checkIdentity(c.Identity()); err != nil {
+				return err
+			}
 			return runHolding(cmd.Context(), o, c, clk, ro, args[1:])
 		},
 	}
@@ -195,13 +198,14 @@ func acquireForRun(ctx context.Context, o *options, c *lock.Client, wait time.Du
 	g, err := c.TryAcquire(ctx)
 	if err != nil && wait > 0 && ctx.Err() == nil {
 		if errors.Is(err, lock.ErrHeld) {
-			fmt.Fprintf(o.streams.ErrOut, "kubectl-dlock: %v; waiting up to %s\n", err, wait)
+			fmt.Fprintf(o.streams.ErrOut, "kubectl-dlock: %s; waiting up to %s\n", printable(o.withHolderNote(ctx, c, err).Error()), wait)
 		}
 		waitCtx, cancelWait := context.WithTimeout(ctx, wait)
 		g, err = c.Acquire(waitCtx)
 		cancelWait()
+		err = o.withHolderNote(ctx, c, err)
 	} else if wait <= 0 {
-		err = withWaitHint(err)
+		err = withWaitHint(o.withHolderNote(ctx, c, err))
 	}
 	close(stop)
 	<-watched
@@ -290,7 +294,7 @@ func releaseGrant(o *options, c *lock.Client, g *lock.Grant) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if err := g.Release(ctx); err != nil && !errors.Is(err, lock.ErrNotHolder) {
-		fmt.Fprintf(o.streams.ErrOut, "kubectl-dlock: releasing %s: %v (it lapses after its lease)\n", c.LockName(), err)
+		fmt.Fprintf(o.streams.ErrOut, "kubectl-dlock: releasing %s: %s (it lapses after its lease)\n", printable(c.LockName()), printable(err.Error()))
 	}
 }
 

@@ -61,7 +61,8 @@ func (w *commandWatch) wait(exited <-chan error, signals <-chan os.Signal) error
 			return <-exited
 		case <-w.g.Lost():
 			w.grp.kill()
-			fmt.Fprintf(w.stderr, "kubectl-dlock: lease on %s lost (%v); SIGKILL to %s's process group\n", w.c.LockName(), w.g.Err(), w.name)
+			fmt.Fprintf(w.stderr, "kubectl-dlock: lease on %s lost (%s); SIGKILL to %s's process group\n",
+				printable(w.c.LockName()), printable(w.g.Err().Error()), printable(w.name))
 			return <-exited
 		case <-w.timer.C:
 			if w.onDeadline() {

@@ -63,9 +63,6 @@ func StartEnvironment(ctx context.Context, opts EnvironmentOptions) (*Environmen
 	return nil, fmt.Errorf("starting the frontdesk manager: %w", err)
 }
 
-// ManagerDone delivers the manager's result if it stops on its own.
-func (e *Environment) ManagerDone() <-chan error { return e.managerDone }
-
 // Stop stops the manager, then the control plane.
 func (e *Environment) Stop() error {
 	e.stopManager()

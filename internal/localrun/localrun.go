@@ -56,12 +56,9 @@ type Options struct {
 // cancelled, an error, a panic) the manager, kube-apiserver and etcd are
 // stopped and their temporary directories removed.
 func Run(ctx context.Context, opts Options, out io.Writer) (err error) {
-	kubeconfig, err := filepath.Abs(opts.KubeconfigPath)
+	kubeconfig, err := absKubeconfig(opts.KubeconfigPath)
 	if err != nil {
-		return fmt.Errorf("resolving kubeconfig path: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(kubeconfig), 0o755); err != nil {
-		return fmt.Errorf("creating kubeconfig directory: %w", err)
+		return err
 	}
 	managerBin, err := managerBinary(ctx, opts, out)
 	if err != nil {
@@ -77,78 +74,161 @@ func Run(ctx context.Context, opts Options, out io.Writer) (err error) {
 	// Should this process be killed outright (SIGKILL), the guard stops the
 	// control plane; the manager ends by its own parent-death signal.
 	stopGuard := startGuard([]string{cp.etcdDir, cp.apiserverDir})
-	var mgr *managerProcess
+	s := &session{out: out, cp: cp}
 	defer func() {
 		defer stopGuard()
-		if mgr != nil {
-			fmt.Fprintf(out, "stopping the frontdesk manager (pid %d)\n", mgr.pid())
-			mgr.stop(10 * time.Second)
-		}
-		fmt.Fprintln(out, "stopping kube-apiserver and etcd")
-		if stopErr := cp.stop(); stopErr != nil {
-			fmt.Fprintf(out, "frontdesk-local: %v\n", stopErr)
+		if stopErr := s.stop(); stopErr != nil {
 			err = errors.Join(err, stopErr)
-			return
 		}
-		fmt.Fprintf(out, "stopped; removed %s and %s\n", cp.etcdDir, cp.apiserverDir)
 	}()
 
 	argv := managerArgs(managerBin, kubeconfig, opts.MetricsBindAddress)
-	mgr, err = startManager(argv, opts.ManagerOutput)
+	s.mgr, err = startManager(argv, opts.ManagerOutput)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "\nthe frontdesk manager runs as its own process (pid %d); the control plane keeps running without it.\n"+
-		"To stop it, and to start it again by hand:\n\n  kill %d\n  %s\n\n", mgr.pid(), mgr.pid(), shellJoin(argv))
+		"To stop it, and to start it again by hand:\n\n  kill %d\n  %s\n\n", s.mgr.pid(), s.mgr.pid(), shellJoin(argv))
 
+	c, names, err := installSamples(ctx, cp, opts, out)
+	if err != nil {
+		return err
+	}
+	if err := waitSamplesReady(ctx, c, s.mgr, opts.Namespace, names); err != nil {
+		return err
+	}
+	return s.serve(ctx, opts, kubeconfig, argv, names)
+}
+
+// absKubeconfig returns path made absolute, once the directory it goes in
+// exists.
+func absKubeconfig(path string) (string, error) {
+	kubeconfig, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("resolving kubeconfig path: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(kubeconfig), 0o755); err != nil {
+		return "", fmt.Errorf("creating kubeconfig directory: %w", err)
+	}
+	return kubeconfig, nil
+}
+
+// session is what Run started and stops on its way out: the control plane,
+// and the manager while Run is responsible for it.
+type session struct {
+	out io.Writer
+	cp  *localControlPlane
+	// mgr is the manager Run started; nil before it started and once it
+	// exited on its own.
+	mgr *managerProcess
+	// managerExited says the manager Run started exited on its own, so a
+	// manager running now was started by hand.
+	managerExited bool
+}
+
+// stop stops the manager (if Run still owns one), then kube-apiserver and
+// etcd, saying on out what it does. It returns why the control plane did
+// not stop cleanly, having printed it too.
+func (s *session) stop() error {
+	if s.mgr != nil {
+		fmt.Fprintf(s.out, "stopping the frontdesk manager (pid %d)\n", s.mgr.pid())
+		s.mgr.stop(10 * time.Second)
+	}
+	if s.managerExited {
+		fmt.Fprintln(s.out, "a frontdesk manager you started by hand is not stopped here: stop it yourself")
+	}
+	fmt.Fprintln(s.out, "stopping kube-apiserver and etcd")
+	if err := s.cp.stop(); err != nil {
+		fmt.Fprintf(s.out, "frontdesk-local: %v\n", err)
+		return err
+	}
+	fmt.Fprintf(s.out, "stopped; removed %s and %s\n", s.cp.etcdDir, s.cp.apiserverDir)
+	return nil
+}
+
+// serve prints how to look at the Ready samples named names. With
+// ExitWhenReady it then prints what `kubectl get distributedlocks` shows
+// and returns; otherwise it waits until ctx ends, telling the user how to
+// start the manager (argv) again should it exit meanwhile.
+func (s *session) serve(ctx context.Context, opts Options, kubeconfig string, argv, names []string) error {
+	kubectl := filepath.Join(s.cp.AssetsDir, "kubectl")
+	getLine := fmt.Sprintf("%s --kubeconfig %s get distributedlocks -n %s", kubectl, kubeconfig, opts.Namespace)
+	fmt.Fprintf(s.out, "locks applied and Ready: %v\nlook at them with:\n\n  %s\n\n", names, getLine)
+	fmt.Fprint(s.out, notRunHere)
+	if opts.ExitWhenReady {
+		return printKubectl(ctx, s.out, kubectl, kubeconfig, opts.Namespace)
+	}
+	fmt.Fprintln(s.out, "press Ctrl-C to stop")
+	select {
+	case <-ctx.Done():
+	case <-s.mgr.done:
+		fmt.Fprintf(s.out, "\nthe frontdesk manager (pid %d) exited: %s\nthe control plane keeps running; start the manager again with:\n\n  %s\n\n"+
+			"(stop a manager you start by hand yourself; Ctrl-C here stops the control plane)\n", s.mgr.pid(), exitOf(s.mgr.err), shellJoin(argv))
+		s.mgr, s.managerExited = nil, true
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// installSamples connects to the control plane, installs what config/default
+// grants the users of locks (see installAccess), applies the samples, and
+// returns the client and the names of the sample locks.
+func installSamples(ctx context.Context, cp *localControlPlane, opts Options, out io.Writer) (client.Client, []string, error) {
 	c, err := client.New(cp.Config, client.Options{Scheme: manager.NewScheme()})
 	if err != nil {
-		return fmt.Errorf("creating a client for the local apiserver: %w", err)
+		return nil, nil, fmt.Errorf("creating a client for the local apiserver: %w", err)
 	}
 	installed, err := installAccess(ctx, c, filepath.Join(cp.AssetsDir, "kubectl"))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	fmt.Fprintf(out, "installed from config/default: %s\n", strings.Join(installed, ", "))
 	names, err := applySamples(ctx, c, opts.SamplePaths, opts.Namespace)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	// The samples become Ready only once the manager reconciles them.
+	return c, names, nil
+}
+
+// waitSamplesReady waits until the locks names in namespace are Ready. The
+// samples become Ready only once the manager m reconciles them: should m
+// exit first, the error says so.
+func waitSamplesReady(ctx context.Context, c client.Client, m *managerProcess, namespace string, names []string) error {
 	readyCtx, cancelReady := context.WithCancelCause(ctx)
 	defer cancelReady(nil)
-	go func(m *managerProcess) {
+	go func() {
 		select {
 		case <-m.done:
 			cancelReady(fmt.Errorf("the frontdesk manager exited (%s) before the samples were Ready; its log says why", exitOf(m.err)))
 		case <-readyCtx.Done():
 		}
-	}(mgr)
-	if err := waitReady(readyCtx, c, opts.Namespace, names); err != nil {
+	}()
+	if err := waitReady(readyCtx, c, namespace, names); err != nil {
 		if cause := context.Cause(readyCtx); cause != nil && !errors.Is(cause, context.Canceled) {
 			return cause
 		}
 		return err
 	}
-	cancelReady(nil)
-
-	kubectl := filepath.Join(cp.AssetsDir, "kubectl")
-	getLine := fmt.Sprintf("%s --kubeconfig %s get distributedlocks -n %s", kubectl, kubeconfig, opts.Namespace)
-	fmt.Fprintf(out, "locks applied and Ready: %v\nlook at them with:\n\n  %s\n\n", names, getLine)
-	if opts.ExitWhenReady {
-		return printKubectl(ctx, out, kubectl, kubeconfig, opts.Namespace)
-	}
-	fmt.Fprintln(out, "press Ctrl-C to stop")
-	select {
-	case <-ctx.Done():
-	case <-mgr.done:
-		fmt.Fprintf(out, "\nthe frontdesk manager (pid %d) exited: %s\nthe control plane keeps running; start the manager again with:\n\n  %s\n\n"+
-			"(stop a manager you start by hand yourself; Ctrl-C here stops the control plane)\n", mgr.pid(), exitOf(mgr.err), shellJoin(argv))
-		mgr = nil
-		<-ctx.Done()
-	}
 	return nil
 }
+
+// notRunHere says what this control plane lacks, and what that means for
+// what a user may try on it.
+const notRunHere = `this control plane is etcd and kube-apiserver only: no kubelet, kube-scheduler or
+kube-controller-manager runs. So:
+  - pods are stored but never scheduled nor started: they stay Pending. A gated pod
+    (annotation locks.frontdesk.dev/runs-holding and the scheduling gate
+    locks.frontdesk.dev/admission) is still admitted by the frontdesk manager (gate
+    removed, token annotated), and then holds the lock until you delete it: nothing
+    runs it to completion.
+  - Jobs create no pods and CronJobs no Jobs, so a CronJob of lock-admitted pods
+    (config/samples/locks_v1alpha1_admitted_cronjob.yaml) never fires here; create a
+    gated pod by hand to watch admission.
+  - new namespaces get no default ServiceAccount, and nothing deletes objects by their
+    owners (a deleted namespace stays Terminating).
+For pods and CronJobs that run, use a real cluster (make test-e2e builds one with kind).
+
+`
 
 // managerBinary returns the manager executable, building it first when asked.
 func managerBinary(ctx context.Context, opts Options, out io.Writer) (string, error) {
@@ -204,7 +284,15 @@ func startControlPlane(assets, kubeconfig string) (*localControlPlane, error) {
 	var env *envtest.Environment
 	cp, err := controlplane.Start(controlplane.Options{
 		AssetsDir: assets, KubeconfigPath: kubeconfig,
-		Configure: func(e *envtest.Environment) { env = e },
+		Configure: func(e *envtest.Environment) {
+			env = e
+			// Once its requests in flight are done, the apiserver gives open
+			// connections 2 s, instead of its request timeout (60 s), to
+			// close: a manager the user started by hand keeps watches open,
+			// and would otherwise hold up Ctrl-C past the stop timeout,
+			// which ends in SIGKILL and an error.
+			e.ControlPlane.GetAPIServer().Configure().Set("shutdown-send-retry-after", "true")
+		},
 	})
 	if err != nil {
 		if env != nil {

@@ -29,6 +29,25 @@ func cacheOptions() cache.Options {
 	}
 }
 
+// slimStatuses are the container statuses with only each one's name, and
+// whether it runs (since when) or terminated (its exit code).
+func slimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if in == nil {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(in))
+	for i, cs := range in {
+		out[i] = corev1.ContainerStatus{Name: cs.Name}
+		if r := cs.State.Running; r != nil {
+			out[i].State.Running = &corev1.ContainerStateRunning{StartedAt: r.StartedAt}
+		}
+		if t := cs.State.Terminated; t != nil {
+			out[i].State.Terminated = &corev1.ContainerStateTerminated{ExitCode: t.ExitCode}
+		}
+	}
+	return out
+}
+
 func mustRequirement(key string, op selection.Operator, values ...string) labels.Requirement {
 	r, err := labels.NewRequirement(key, op, values)
 	if err != nil {
@@ -38,9 +57,11 @@ func mustRequirement(key string, op selection.Operator, values ...string) labels
 }
 
 // slimPod is the cache transform for pods: it keeps the metadata (without
-// managedFields), status.phase and status.conditions, the spec's nodeName
-// and schedulingGates, and of each container its name and whether its
-// status says it terminated (the proof that an admitted pod stopped),
+// managedFields), status.phase and status.conditions, the spec's nodeName,
+// schedulingGates and serviceAccountName (whose access to a lock the
+// controller checks before it admits a pod), and of each container its
+// name and whether its status (and each init container's) says it started
+// or terminated (that an admitted pod started; the proof that it stopped),
 // which is all the controller reads, and drops the rest of the spec and
 // status. The controller patches pods (marks, by
 // merge patch) or updates a pod it read from the apiserver (admission),
@@ -56,14 +77,9 @@ func slimPod(obj any) (any, error) {
 	for i, c := range pod.Spec.Containers {
 		containers[i] = corev1.Container{Name: c.Name}
 	}
-	statuses := make([]corev1.ContainerStatus, len(pod.Status.ContainerStatuses))
-	for i, cs := range pod.Status.ContainerStatuses {
-		statuses[i] = corev1.ContainerStatus{Name: cs.Name}
-		if t := cs.State.Terminated; t != nil {
-			statuses[i].State.Terminated = &corev1.ContainerStateTerminated{ExitCode: t.ExitCode}
-		}
-	}
-	pod.Spec = corev1.PodSpec{NodeName: pod.Spec.NodeName, SchedulingGates: pod.Spec.SchedulingGates, Containers: containers}
-	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions, ContainerStatuses: statuses}
+	pod.Spec = corev1.PodSpec{NodeName: pod.Spec.NodeName, SchedulingGates: pod.Spec.SchedulingGates, Containers: containers,
+		ServiceAccountName: pod.Spec.ServiceAccountName}
+	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions,
+		ContainerStatuses: slimStatuses(pod.Status.ContainerStatuses), InitContainerStatuses: slimStatuses(pod.Status.InitContainerStatuses)}
 	return pod, nil
 }

@@ -19,7 +19,7 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 	full := &corev1.Pod{
 		ObjectMeta: *meta.DeepCopy(),
 		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "app", Image: "app:1"}},
-			SchedulingGates: []corev1.PodSchedulingGate{{Name: "g"}}},
+			SchedulingGates: []corev1.PodSchedulingGate{{Name: "g"}}, ServiceAccountName: "billing", Hostname: "h"},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready, PodIP: "10.0.0.1", HostIP: "10.1.0.1",
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "app:1", ContainerID: "c1",
 				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error", Message: "long"}}}}},
@@ -38,9 +38,9 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 		t.Errorf("status = %+v, want phase Running and the Ready condition", pod.Status)
 	}
 	want := corev1.PodSpec{NodeName: "n1", SchedulingGates: []corev1.PodSchedulingGate{{Name: "g"}},
-		Containers: []corev1.Container{{Name: "app"}}}
+		Containers: []corev1.Container{{Name: "app"}}, ServiceAccountName: "billing"}
 	if !apiequality.Semantic.DeepEqual(pod.Spec, want) || pod.Status.PodIP != "" || pod.Status.HostIP != "" {
-		t.Errorf("spec %+v (but nodeName, schedulingGates and container names) and status %+v should be dropped", pod.Spec, pod.Status)
+		t.Errorf("spec %+v (but nodeName, schedulingGates, serviceAccountName and container names) and status %+v should be dropped", pod.Spec, pod.Status)
 	}
 	wantStatuses := []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2}}}}
 	if !apiequality.Semantic.DeepEqual(pod.Status.ContainerStatuses, wantStatuses) {

@@ -10,8 +10,11 @@ import (
 	"net/http"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -22,6 +25,7 @@ import (
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/controllers"
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
 // Options configure the manager. The zero value is not useful; start from
@@ -116,11 +120,17 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
+	principal, err := managerPrincipal(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	warnIfUnguarded(ctx, cfg)
 	reconciler := &controllers.DistributedLockReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("frontdesk-controller"),
 		Clock:                   opts.Clock,
+		Principal:               principal,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		SkipNameValidation:      opts.AllowSeveralInProcess,
 	}
@@ -134,6 +144,44 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		return nil, fmt.Errorf("adding readiness check: %w", err)
 	}
 	return mgr, nil
+}
+
+// managerPrincipal is the principal the controller's own grants and places
+// carry: "user=<the manager's username>", asked of the apiserver (a
+// SelfSubjectReview), with no pod, so every replica writes the same.
+func managerPrincipal(ctx context.Context, cfg *rest.Config) (string, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", fmt.Errorf("building a client to learn the manager's principal: %w", err)
+	}
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("asking the apiserver who the manager is (SelfSubjectReview): %w", err)
+	}
+	principal := lease.Principal(review.Status.UserInfo.Username, nil)
+	if !lease.ValidPrincipal(principal) {
+		return "", fmt.Errorf("the manager's username %q cannot be a principal (grammar %s)", review.Status.UserInfo.Username, lease.PrincipalPattern)
+	}
+	return principal, nil
+}
+
+// warnIfUnguarded logs, at start, when the cluster has no lease-guard policy
+// (config/lease-policy): every lock then says so in its Guarded condition.
+func warnIfUnguarded(ctx context.Context, cfg *rest.Config) {
+	log := ctrl.Log.WithName("setup")
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return
+	}
+	policies, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{
+		LabelSelector: locksv1alpha1.PolicyLabel + "=" + locksv1alpha1.PolicyLabelLeaseGuard})
+	switch {
+	case err != nil:
+		log.Error(err, "cannot tell whether the lease guard is installed")
+	case len(policies.Items) == 0:
+		log.Info("WARNING: the lease-guard ValidatingAdmissionPolicy (config/lease-policy) is not installed: nothing keeps " +
+			"participants from ending each other's grants; every lock says so in its Guarded condition")
+	}
 }
 
 // readyWhenCacheSynced reports ready once the informer caches the controller

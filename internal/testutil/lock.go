@@ -1,5 +1,7 @@
-// Package testutil holds builders and helpers shared by frontdesk's tests:
-// the controllers' unit tests and the integration and chaos suites.
+// Package testutil holds the builders and helpers that the unit tests of
+// the root module share with the suites of the test module (locks, Leases,
+// pods, metrics). Helpers only the suites use are in the test module's
+// test/internal/harness.
 package testutil
 
 import (

@@ -10,14 +10,17 @@ import (
 )
 
 // MakePod returns a minimal pod with the given labels, a participant
-// (locks.frontdesk.dev/participant=true: the pods frontdesk watches). No
+// (locks.frontdesk.dev/participant=true: the pods frontdesk watches), that
+// runs as ServiceAccount "default" (what a cluster's ServiceAccount
+// admission sets; a token bound to the pod is that ServiceAccount's). No
 // kubelet runs in the tests: drive its status with SetPodReady.
 func MakePod(name, namespace string, labels map[string]string) *corev1.Pod {
 	all := map[string]string{locksv1alpha1.ParticipantLabel: "true"}
 	maps.Copy(all, labels)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: all},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app:1"}}},
+		Spec: corev1.PodSpec{ServiceAccountName: "default",
+			Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app:1"}}},
 	}
 }
 

@@ -26,13 +26,28 @@ func ExampleSQLGuard() {
 	_ = guard.EnsureSchema(ctx)
 	_, _ = db.Exec(`CREATE TABLE charges (customer TEXT)`)
 
+	key := LockKey("payments", "billing") // a holder has it from its grant: g.FencingKey()
 	charge := func(token int64) error {
-		return guard.FenceTx(ctx, "billing", token, func(tx *sql.Tx) error {
+		return guard.FenceTx(ctx, key, token, func(tx *sql.Tx) error {
 			_, err := tx.Exec(`INSERT INTO charges VALUES ('c-1')`)
 			return err
 		})
 	}
 	fmt.Println(charge(34)) // the current holder: <nil>
 	fmt.Println(charge(33)) // a holder that paused past its lease:
-	// stale fencing token 33 for lock "billing": a holder with token 34 has already written
+	// stale fencing token 33 for lock "payments/billing": a holder with token 34 has already written
+}
+
+// Locks of one name in two namespaces have two keys, and a guard keeps a
+// highest token for each.
+func ExampleLockKey() {
+	guard := NewMemoryGuard()
+	write := func(context.Context) error { return nil }
+	fmt.Println(guard.Fence(context.Background(), LockKey("default", "billing"), 5, write))
+	fmt.Println(guard.Fence(context.Background(), LockKey("team-a", "billing"), 1, write))
+	fmt.Println(guard.Fence(context.Background(), LockKey("default", "billing"), 4, write))
+	// Output:
+	// <nil>
+	// <nil>
+	// stale fencing token 4 for lock "default/billing": a holder with token 5 has already written
 }

@@ -17,7 +17,7 @@ const TokenHeader = "X-Fencing-Token"
 type StaleTokenResponse struct {
 	// Error says what happened.
 	Error string `json:"error"`
-	// Lock is the lock the token belongs to.
+	// Lock is the fencing key the token was checked against.
 	Lock string `json:"lock"`
 	// Token is the rejected token.
 	Token int64 `json:"token"`
@@ -25,9 +25,10 @@ type StaleTokenResponse struct {
 	CurrentToken int64 `json:"currentToken"`
 }
 
-// FixedLock names the same lock for every request.
-func FixedLock(name string) func(*http.Request) string {
-	return func(*http.Request) string { return name }
+// FixedLock names the same fencing key for every request, e.g.
+// FixedLock(LockKey("payments", "billing")).
+func FixedLock(key string) func(*http.Request) string {
+	return func(*http.Request) string { return key }
 }
 
 // errRequestFailed makes the guard roll back a request whose handler failed.
@@ -51,8 +52,8 @@ func Abort(ctx context.Context) {
 }
 
 // Middleware fences an HTTP handler: it reads the token from TokenHeader and
-// runs next inside guard.Fence for the request's lock, so requests for one
-// lock are handled one at a time and a request with a stale token never
+// runs next inside guard.Fence for the fencing key lockFor returns (see
+// LockKey), so requests for one lock are handled one at a time and a request with a stale token never
 // reaches next. A missing or malformed token is 400 Bad Request; a stale one
 // is 409 Conflict with a StaleTokenResponse body naming the current token.
 // With a SQLGuard, next finds the transaction with TxFrom(r.Context()).

@@ -22,8 +22,8 @@ func NewMemoryGuard() *MemoryGuard {
 	return &MemoryGuard{locks: map[string]*memoryLock{}}
 }
 
-// Fence implements Guard. Calls for the same lock are serialized; calls for
-// different locks run in parallel.
+// Fence implements Guard. Calls for the same fencing key are serialized;
+// calls for different keys run in parallel.
 func (g *MemoryGuard) Fence(ctx context.Context, lock string, token int64, fn func(ctx context.Context) error) error {
 	l := g.entry(lock)
 	l.mu.Lock()
@@ -38,7 +38,8 @@ func (g *MemoryGuard) Fence(ctx context.Context, lock string, token int64, fn fu
 	return nil
 }
 
-// Highest is the highest token accepted for lock (0 if none).
+// Highest is the highest token accepted for the fencing key lock (0 if
+// none).
 func (g *MemoryGuard) Highest(lock string) int64 {
 	l := g.entry(lock)
 	l.mu.Lock()

@@ -5,8 +5,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/frontdesk-dev/frontdesk/internal/fencingtest"
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
+	"github.com/frontdesk-dev/frontdesk/pkg/fencing/fencingtest"
 )
 
 func TestMemoryGuard(t *testing.T) {

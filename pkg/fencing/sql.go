@@ -24,7 +24,8 @@ type SQLGuard struct {
 }
 
 // NewSQLGuard returns a guard that keeps tokens in table (DefaultTable when
-// empty). Call EnsureSchema once before use.
+// empty). The table must exist before the first Fence: call EnsureSchema,
+// or create it with your migrations.
 func NewSQLGuard(db *sql.DB, table string) (*SQLGuard, error) {
 	if table == "" {
 		table = DefaultTable
@@ -35,14 +36,33 @@ func NewSQLGuard(db *sql.DB, table string) (*SQLGuard, error) {
 	return &SQLGuard{db: db, table: table}, nil
 }
 
-// EnsureSchema creates the token table if it does not exist.
+// EnsureSchema creates the token table if it does not exist, and leaves an
+// existing one as it is: lock_name TEXT PRIMARY KEY (the fencing key) and
+// token BIGINT NOT NULL (the highest token accepted for it), one row per
+// key. Call it when the service starts, before the first Fence; calling it
+// again, or from several replicas at once, changes nothing.
 func (g *SQLGuard) EnsureSchema(ctx context.Context) error {
 	_, err := g.db.ExecContext(ctx, fmt.Sprintf(
 		`CREATE TABLE IF NOT EXISTS %s (lock_name TEXT PRIMARY KEY, token BIGINT NOT NULL)`, g.table))
-	if err != nil {
-		return fmt.Errorf("creating fencing table %s: %w", g.table, err)
+	if err == nil {
+		return nil
 	}
-	return nil
+	// PostgreSQL can fail a CREATE TABLE IF NOT EXISTS run at the same
+	// moment as another (a unique violation in its catalog): the table is
+	// there if another call made it meanwhile.
+	if g.tableExists(ctx) {
+		return nil
+	}
+	return fmt.Errorf("creating fencing table %s: %w", g.table, err)
+}
+
+// tableExists reports whether the token table can be read, with its columns.
+func (g *SQLGuard) tableExists(ctx context.Context) bool {
+	rows, err := g.db.QueryContext(ctx, fmt.Sprintf(`SELECT lock_name, token FROM %s WHERE 1 = 0`, g.table))
+	if err != nil {
+		return false
+	}
+	return rows.Close() == nil
 }
 
 type txKey struct{}
@@ -108,7 +128,8 @@ func (g *SQLGuard) FenceTx(ctx context.Context, lock string, token int64, fn fun
 	return nil
 }
 
-// Highest is the highest token recorded for lock (0 if none).
+// Highest is the highest token recorded for the fencing key lock (0 if
+// none).
 func (g *SQLGuard) Highest(ctx context.Context, lock string) (int64, error) {
 	var token int64
 	err := g.db.QueryRowContext(ctx, fmt.Sprintf(`SELECT token FROM %s WHERE lock_name = $1`, g.table), lock).Scan(&token)

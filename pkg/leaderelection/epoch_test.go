@@ -19,7 +19,7 @@ import (
 func TestTermTokenContinuesAcrossTokenEpochs(t *testing.T) {
 	answer := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{locksv1alpha1.TokenEpochAnnotation: "1"}},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: new("op-1"), LeaseTransitions: ptr.To[int32](1),
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("op-1"), LeaseTransitions: ptr.To[int32](1),
 			LeaseDurationSeconds: ptr.To[int32](15)},
 	}
 	ler := &resourcelock.LeaderElectionRecord{HolderIdentity: "op-1", LeaderTransitions: 1, LeaseDurationSeconds: 15}

@@ -21,7 +21,7 @@
 //	...
 //	term := lk.Term()          // nil when this process does not lead
 //	if err := term.Err(); err != nil { ... } // right before each write
-//	write(term.Context(), term.Token())
+//	guard.Fence(term.Context(), term.FencingKey(), term.Token(), write)
 //
 // See docs/leader-election.md for the whole recipe.
 package leaderelection
@@ -37,11 +37,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
 
+	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 )
@@ -76,6 +78,11 @@ type Config struct {
 	// Name of the election Lease (controller-runtime's LeaderElectionID).
 	// Declare a DistributedLock over it (spec.leaseName).
 	Name string
+	// LockName is the name of that DistributedLock, which a Term's
+	// FencingKey names. Default: Name, a lock named like its Lease (whose
+	// spec.leaseName may then be left out), as docs/leader-election.md
+	// declares it.
+	LockName string
 	// Identity this process leads as. It must be unique per process
 	// incarnation. Default: lock.DefaultIdentity(), which names the pod
 	// (and its UID) when $POD_NAME and $POD_UID are set, so frontdesk marks
@@ -99,6 +106,13 @@ type Config struct {
 	RenewDeadline time.Duration
 	// Clock is the local clock. Default: the real one (monotonic).
 	Clock clock.WithDelayedExecution
+	// Principal is who this process's requests come from (lock.Principal),
+	// which every record naming this process carries: the lease-guard
+	// policy refuses a grant bound to any other. NewForConfig learns it
+	// from the apiserver (a SelfSubjectReview) before the first such
+	// write; with New, set it (lock.SelfPrincipal), or leave it empty
+	// where no policy guards the Lease.
+	Principal string
 }
 
 // Lock is a resourcelock.Interface over a coordination.k8s.io/v1 Lease that
@@ -112,6 +126,8 @@ type Lock struct {
 	inner *resourcelock.LeaseLock
 	cfg   Config
 	desc  string
+	// fencingKey is every Term's FencingKey.
+	fencingKey string
 
 	// calls serializes Get, Create and Update, so each answer is matched to
 	// its call (client-go makes them one at a time anyway).
@@ -119,6 +135,10 @@ type Lock struct {
 	// sent is when the latest second of renewTime this Lock wrote was first
 	// sent (see firstSent). Guarded by calls.
 	sent firstSent
+
+	// reviews asks the apiserver who this process is, when Principal is
+	// not set (NewForConfig); nil otherwise.
+	reviews authenticationclient.SelfSubjectReviewInterface
 
 	mu sync.Mutex
 	// term is the live Term, or nil.
@@ -146,7 +166,31 @@ func NewForConfig(rc *rest.Config, cfg Config) (*Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the leader election client: %w", err)
 	}
-	return New(cs.CoordinationV1(), cfg)
+	l, err := New(cs.CoordinationV1(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	l.reviews = cs.AuthenticationV1().SelfSubjectReviews()
+	return l, nil
+}
+
+// principal is the principal records naming this process carry: Config's,
+// or learnt from the apiserver once ("" with neither).
+func (l *Lock) principal(ctx context.Context) (string, error) {
+	l.mu.Lock()
+	known, reviews := l.cfg.Principal, l.reviews
+	l.mu.Unlock()
+	if known != "" || reviews == nil {
+		return known, nil
+	}
+	principal, err := lock.SelfPrincipal(ctx, reviews)
+	if err != nil {
+		return "", err
+	}
+	l.mu.Lock()
+	l.cfg.Principal = principal
+	l.mu.Unlock()
+	return principal, nil
 }
 
 // New builds a Lock that reaches the Lease through leases. Give the client
@@ -161,12 +205,15 @@ func New(leases coordinationclient.LeasesGetter, cfg Config) (*Lock, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	l := &Lock{cfg: cfg, desc: cfg.Namespace + "/" + cfg.Name, started: make(chan struct{})}
+	if cfg.LockName == "" {
+		cfg.LockName = cfg.Name
+	}
+	l := &Lock{cfg: cfg, desc: cfg.Namespace + "/" + cfg.Name, fencingKey: fencing.LockKey(cfg.Namespace, cfg.LockName),
+		started: make(chan struct{})}
 	l.inner = &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
 		Client:     answeredLeases{LeasesGetter: leases, lock: l},
 		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity, EventRecorder: cfg.EventRecorder},
-		Labels:     cfg.Labels,
 	}
 	return l, nil
 }

@@ -18,7 +18,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
-	"github.com/frontdesk-dev/frontdesk/internal/testutil"
+	"github.com/frontdesk-dev/frontdesk/pkg/lease/leasetest"
 )
 
 const ns = "ops"
@@ -59,7 +59,7 @@ func newFixtureWithClock(t *testing.T, clk func(*clocktesting.FakeClock) clock.W
 // freeLease is the Lease as frontdesk's controller creates it for a lock:
 // nobody holds it, token 0.
 func freeLease() *coordinationv1.Lease {
-	return testutil.MakeLease("op", ns).Duration(2).Token(0).Obj()
+	return leasetest.MakeLease("op", ns).Duration(2).Token(0).Obj()
 }
 
 // record is what client-go writes when holder leads with token.
@@ -158,6 +158,23 @@ func TestTokenIsWhatTheApiserverStored(t *testing.T) {
 	}
 }
 
+// A Term's fencing key names the lock over the election Lease: by default
+// the lock named like the Lease, else Config.LockName; in both, the Lease's
+// namespace.
+func TestTermFencingKeyNamesTheLock(t *testing.T) {
+	if got, want := newFixture(t).lead().FencingKey(), ns+"/op"; got != want {
+		t.Errorf("FencingKey = %q, want %q (the lock named like the Lease)", got, want)
+	}
+	f := newFixture(t)
+	var err error
+	if f.lock, err = New(f.cs.CoordinationV1(), Config{Namespace: ns, Name: "op", LockName: "op-fence", Identity: "me", Clock: f.clock}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.lead().FencingKey(), ns+"/op-fence"; got != want {
+		t.Errorf("FencingKey = %q, want %q (Config.LockName)", got, want)
+	}
+}
+
 func TestTermEndsAtTheSafeWindowCountedFromTheStartOfTheWrite(t *testing.T) {
 	f := newFixture(t)
 	f.stepDuringWrites(400 * time.Millisecond) // each answer takes 400ms
@@ -248,7 +265,7 @@ func TestAnotherHolderOrTokenOnTheLeaseEndsTheTerm(t *testing.T) {
 	}
 
 	f.setLease(func(l *coordinationv1.Lease) {
-		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = new("other"), ptr.To[int32](6)
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("other"), ptr.To[int32](6)
 	})
 	if _, _, err := f.lock.Get(context.Background()); err != nil {
 		t.Fatal(err)
@@ -297,7 +314,7 @@ func TestADeletedLeaseIsNeitherRenewedNorCreatedAgain(t *testing.T) {
 	f := newFixture(t)
 	term := f.lead()
 	f.setLease(func(l *coordinationv1.Lease) {
-		l.DeletionTimestamp = new(metav1.NewTime(t0))
+		l.DeletionTimestamp = ptr.To(metav1.NewTime(t0))
 		l.Finalizers = []string{"locks.frontdesk.dev/fencing-token"}
 	})
 	err := f.renew(1)

@@ -59,6 +59,14 @@ type Term struct {
 // every write to a fenced resource.
 func (t *Term) Token() int64 { return t.token }
 
+// FencingKey is the key to fence the Term's writes on, with Token:
+// "<namespace>/<name>" of the DistributedLock over the election Lease
+// (fencing.LockKey of Config.Namespace and Config.LockName), the key a
+// pkg/lock Grant of that lock gives too.
+//
+//	err := guard.Fence(ctx, term.FencingKey(), term.Token(), write)
+func (t *Term) FencingKey() string { return t.lock.fencingKey }
+
 // Context ends with the Term; context.Cause says why (ErrLost, ErrReleased).
 // It is cancelled shortly after ValidUntil, not at it (see Term): use Err to
 // decide whether to write.

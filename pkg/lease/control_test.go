@@ -5,14 +5,15 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
 
 func TestControllerOfALease(t *testing.T) {
 	lockRef := metav1.OwnerReference{APIVersion: locksv1alpha1.GroupVersion.String(), Kind: "DistributedLock", Name: "billing",
-		UID: "old-uid", Controller: new(true)}
-	otherRef := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "dep", Controller: new(true)}
+		UID: "old-uid", Controller: ptr.To(true)}
+	otherRef := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "dep", Controller: ptr.To(true)}
 	plainRef := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "cm", UID: "cm"}
 
 	legacy := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{lockRef, plainRef}}}

@@ -43,13 +43,11 @@ func Token(l *coordinationv1.Lease) int64 {
 	return Epoch(l)*EpochSize + int64(ptr.Deref(l.Spec.LeaseTransitions, 0))
 }
 
-// Epoch is the Lease's token epoch (0 when unset or malformed: only the
+// Epoch is the Lease's token epoch (0 when unset or not a number of the
+// grammar, ParseNumber, as the lease-guard policy reads it: only the
 // manager writes it).
 func Epoch(l *coordinationv1.Lease) int64 {
-	e, err := strconv.ParseInt(l.Annotations[locksv1alpha1.TokenEpochAnnotation], 10, 64)
-	if err != nil || e < 0 {
-		return 0
-	}
+	e, _ := ParseNumber(l.Annotations[locksv1alpha1.TokenEpochAnnotation])
 	return e
 }
 
@@ -63,7 +61,7 @@ func setToken(l *coordinationv1.Lease, token int64) {
 		}
 		l.Annotations[locksv1alpha1.TokenEpochAnnotation] = strconv.FormatInt(epoch, 10)
 	}
-	l.Spec.LeaseTransitions = new(transitions)
+	l.Spec.LeaseTransitions = ptr.To(transitions)
 }
 
 // Exhausted reports whether l's leaseTransitions is at its maximum: no grant
@@ -77,11 +75,12 @@ func Holder(l *coordinationv1.Lease) string {
 	return ptr.Deref(l.Spec.HolderIdentity, "")
 }
 
-// Grant is current granted to identity: the next fencing token, fresh
-// acquire and renew times, and the given lease duration, in one write.
+// Grant is current granted to identity, bound to principal (the writer's:
+// see GrantPatch): the next fencing token, fresh acquire and renew times,
+// and the given lease duration, in one write.
 // Grant, Renew and Release also set the queue's front labels afresh (see
 // FrontLabelPrefix).
-func Grant(current *coordinationv1.Lease, identity string, duration time.Duration, now time.Time) (*coordinationv1.Lease, error) {
+func Grant(current *coordinationv1.Lease, identity, principal string, duration time.Duration, now time.Time) (*coordinationv1.Lease, error) {
 	next, err := nextToken(current)
 	if err != nil {
 		return nil, err
@@ -89,10 +88,14 @@ func Grant(current *coordinationv1.Lease, identity string, duration time.Duratio
 	l := current.DeepCopy()
 	forgetHandOff(l)
 	t := metav1.NewMicroTime(now)
-	l.Spec.HolderIdentity = new(identity)
-	l.Spec.LeaseTransitions = new(next)
-	l.Spec.LeaseDurationSeconds = new(durationSeconds(duration))
-	l.Spec.AcquireTime, l.Spec.RenewTime = &t, new(t)
+	l.Spec.HolderIdentity = ptr.To(identity)
+	l.Spec.LeaseTransitions = ptr.To(next)
+	l.Spec.LeaseDurationSeconds = ptr.To(durationSeconds(duration))
+	l.Spec.AcquireTime, l.Spec.RenewTime = &t, ptr.To(t)
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[locksv1alpha1.HolderPrincipalAnnotation] = principal
 	return relabelFront(l), nil
 }
 
@@ -100,8 +103,8 @@ func Grant(current *coordinationv1.Lease, identity string, duration time.Duratio
 // duration; holder and token are unchanged.
 func Renew(current *coordinationv1.Lease, duration time.Duration, now time.Time) *coordinationv1.Lease {
 	l := current.DeepCopy()
-	l.Spec.RenewTime = new(metav1.NewMicroTime(now))
-	l.Spec.LeaseDurationSeconds = new(durationSeconds(duration))
+	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+	l.Spec.LeaseDurationSeconds = ptr.To(durationSeconds(duration))
 	return relabelFront(l)
 }
 
@@ -123,7 +126,7 @@ func Break(current *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 		return nil, err
 	}
 	l := Release(current)
-	l.Spec.LeaseTransitions = new(next)
+	l.Spec.LeaseTransitions = ptr.To(next)
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}

@@ -8,12 +8,12 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 
-	"github.com/frontdesk-dev/frontdesk/internal/testutil"
+	"github.com/frontdesk-dev/frontdesk/pkg/lease/leasetest"
 )
 
 func heldLease(holder string, token int32) *coordinationv1.Lease {
 	t := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	return testutil.MakeLease("billing", "").ResourceVersion("42").Token(token).Duration(15).Held(holder, t, t).Obj()
+	return leasetest.MakeLease("billing", "").ResourceVersion("42").Token(token).Duration(15).Held(holder, t, t).Obj()
 }
 
 func TestEdits(t *testing.T) {
@@ -29,15 +29,15 @@ func TestEdits(t *testing.T) {
 	}{
 		{name: "grant a free lease", from: Release(heldLease("a", 4)), wantHolder: "b", wantToken: 5, wantRenew: true,
 			edit: func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-				return Grant(l, "b", 10*time.Second, now)
+				return Grant(l, "b", "user=test", 10*time.Second, now)
 			}},
 		{name: "grant a lease with no token yet", from: &coordinationv1.Lease{}, wantHolder: "b", wantToken: 1, wantRenew: true,
 			edit: func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-				return Grant(l, "b", 10*time.Second, now)
+				return Grant(l, "b", "user=test", 10*time.Second, now)
 			}},
 		{name: "grant at the end of the range", from: heldLease("a", math.MaxInt32), wantErr: ErrTokensExhausted,
 			edit: func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-				return Grant(l, "b", 10*time.Second, now)
+				return Grant(l, "b", "user=test", 10*time.Second, now)
 			}},
 		{name: "renew keeps holder and token", from: heldLease("a", 4), wantHolder: "a", wantToken: 4, wantRenew: true,
 			edit: func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {

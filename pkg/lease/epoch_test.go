@@ -7,6 +7,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
@@ -46,12 +47,12 @@ func TestLapseMarkDoesNotOutliveItsEpoch(t *testing.T) {
 			// The new epoch's grants, up to leaseTransitions as the old mark names.
 			for i := 0; i < markToken && i < 5; i++ {
 				var err error
-				if l, err = Grant(l, "b", 10*time.Second, now); err != nil {
+				if l, err = Grant(l, "b", "user=test", 10*time.Second, now); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if markToken > 5 { // stands for the grants in between
-				l.Spec.LeaseTransitions = new(int32(markToken))
+				l.Spec.LeaseTransitions = ptr.To(int32(markToken))
 			}
 			if Lapsed(l) {
 				t.Errorf("BROKEN: the live grant of %s with token %d (epoch 1) counts as lapsed: the lapse mark %q of epoch 0 survived NewEpoch",

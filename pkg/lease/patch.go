@@ -65,6 +65,9 @@ func (p *Patch) Set(path string, value any) { p.op("add", path, value) }
 // Remove removes path, which must be present.
 func (p *Patch) Remove(path string) { p.op("remove", path, nil) }
 
+// Append adds other's operations after p's.
+func (p *Patch) Append(other *Patch) { p.ops = append(p.ops, other.ops...) }
+
 // RemoveAnnotationIf removes an annotation that the copy l shows.
 func (p *Patch) RemoveAnnotationIf(l map[string]string, key string) {
 	if _, ok := l[key]; ok {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -35,13 +34,19 @@ const (
 	// change of the Lease: the head, which takes the lock up, and the one
 	// behind it, whose turn comes next if the head is dead.
 	FrontLength = 2
-	// MaxQueue bounds the queue, to keep the Lease small: a waiter that
-	// finds it full waits unregistered, behind everyone registered.
-	MaxQueue = 1000
 )
 
-// ErrQueueFull means the queue already has MaxQueue waiters.
+// ErrQueueFull means the queue already has MaxPlaces waiters (or its
+// highest seq is MaxSeq).
 var ErrQueueFull = errors.New("the lock's queue of waiters is full")
+
+// StaleQueueRefusal is part of the message with which the lease-guard
+// policy refuses a registration whose seq is not one more than the
+// highest in the queue (or equal to it), and a hand-off to a place that
+// is no longer the head: the write was judged on a copy of the queue that
+// changed since. A writer reads the Lease again and judges afresh, as
+// after a lost compare-and-swap race.
+const StaleQueueRefusal = "the queue changed since the copy this write was judged on"
 
 // Waiter is one place in the queue.
 type Waiter struct {
@@ -56,8 +61,9 @@ type Waiter struct {
 	// the registering waiter saw, so a waiter that registered after another
 	// one's registration was visible comes after it.
 	Seq int64
-	// Principal is who registered the place, as the apiserver's admission
-	// policy recorded it ("" on a cluster without the policy).
+	// Principal is who registered the place (QueuedByPrefix): the
+	// registering client writes its own, and the lease-guard policy refuses
+	// any other ("" on a place written without it).
 	Principal string
 }
 
@@ -72,24 +78,11 @@ func entryValue(w Waiter) string {
 	return fmt.Sprintf("%d,%d,%s", w.Priority, w.Seq, w.Identity)
 }
 
-// parseEntry reads the place with ticket from its annotation value.
-func parseEntry(ticket, value string) (Waiter, bool) {
-	parts := strings.SplitN(value, ",", 3)
-	if len(parts) != 3 || ticket == "" {
-		return Waiter{}, false
-	}
-	priority, err1 := strconv.ParseInt(parts[0], 10, 32)
-	seq, err2 := strconv.ParseInt(parts[1], 10, 64)
-	if err1 != nil || err2 != nil {
-		return Waiter{}, false
-	}
-	return Waiter{Identity: parts[2], Ticket: ticket, Priority: int32(priority), Seq: seq}, true
-}
-
 // Queue is the Lease's queue of waiters, head first: higher priority
-// first, then lower Seq, then ticket. A place whose annotation does not
-// parse is left out: the lock then works as if it were not queued, never
-// worse.
+// first, then lower Seq, then ticket. A place outside the grammar (see
+// ParsePlace; its queued-by a principal of the grammar) is left out, as the lease-guard policy leaves it out when it
+// orders the queue: the lock then works as if it were not queued, and the
+// controller removes it.
 func Queue(l *coordinationv1.Lease) []Waiter {
 	var q []Waiter
 	for key, value := range l.Annotations {
@@ -97,7 +90,7 @@ func Queue(l *coordinationv1.Lease) []Waiter {
 		if !ok {
 			continue
 		}
-		if w, ok := parseEntry(ticket, value); ok {
+		if w, ok := ParsePlace(ticket, value); ok && ValidPrincipal(l.Annotations[QueuedByKey(ticket)]) {
 			w.Principal = l.Annotations[QueuedByKey(ticket)]
 			q = append(q, w)
 		}
@@ -123,11 +116,13 @@ func Place(l *coordinationv1.Lease, ticket string) (position, length int) {
 
 // Registration is the merge patch that puts w in the queue of current (the
 // copy the waiter judged): its place, with Seq one more than the highest in
-// current, and its front label when it would be among the first
-// FrontLength there. It never conflicts with another write: the apiserver
-// merges it into whatever the Lease holds when it lands. The ticket must be
-// a valid label name (NewTicket makes such tickets). It also returns w with
-// its Seq.
+// current, the principal that takes it (w.Principal, which the lease-guard
+// policy checks is the request's), and its front label when it would be
+// among the first FrontLength there. It conflicts with no other write: the
+// apiserver merges it into whatever the Lease holds when it lands, and the
+// policy refuses it (StaleQueueRefusal) only when the queue's highest seq
+// moved past what current showed. The ticket must be of the grammar
+// (NewTicket makes such tickets). It also returns w with its Seq.
 func Registration(current *coordinationv1.Lease, w Waiter) ([]byte, Waiter, error) {
 	w, front, err := placeIn(current, w)
 	if err != nil {
@@ -137,7 +132,7 @@ func Registration(current *coordinationv1.Lease, w Waiter) ([]byte, Waiter, erro
 	if front {
 		labels[locksv1alpha1.FrontLabelPrefix+w.Ticket] = "true"
 	}
-	patch, err := mergePatch(map[string]any{EntryKey(w.Ticket): entryValue(w)}, labels)
+	patch, err := mergePatch(map[string]any{EntryKey(w.Ticket): entryValue(w), QueuedByKey(w.Ticket): w.Principal}, labels)
 	return patch, w, err
 }
 
@@ -156,24 +151,31 @@ func ExactRegistration(current *coordinationv1.Lease, w Waiter) (*Patch, Waiter,
 		p.Set("/metadata/annotations", map[string]string{})
 	}
 	p.Set(AnnotationPath(EntryKey(w.Ticket)), entryValue(w))
+	p.Set(AnnotationPath(QueuedByKey(w.Ticket)), w.Principal)
 	if front && current.Labels != nil {
 		p.Set(LabelPath(locksv1alpha1.FrontLabelPrefix+w.Ticket), "true")
 	}
 	return p, w, nil
 }
 
-// placeIn is w as it registers in current's queue (its Seq), and whether it
-// lands among the first FrontLength.
+// placeIn is w as it registers in current's queue (its Seq: one more than
+// the highest there), and whether it lands among the first FrontLength. It
+// refuses a ticket, identity or principal outside the grammar and a full
+// queue (MaxPlaces); the bounds per principal and per user are the
+// lease-guard policy's to enforce (a waiter it refuses waits unregistered).
 func placeIn(current *coordinationv1.Lease, w Waiter) (Waiter, bool, error) {
-	if errs := validation.IsQualifiedName(locksv1alpha1.FrontLabelPrefix + w.Ticket); len(errs) > 0 {
-		return w, false, fmt.Errorf("ticket %q: %s", w.Ticket, strings.Join(errs, "; "))
+	if err := validWaiter(w); err != nil {
+		return w, false, err
 	}
 	q := Queue(current)
-	if len(q) >= MaxQueue {
-		return w, false, ErrQueueFull
+	if len(q) >= MaxPlaces {
+		return w, false, fmt.Errorf("%w: it holds %d places, the most it may", ErrQueueFull, len(q))
 	}
 	for _, o := range q {
 		w.Seq = max(w.Seq, o.Seq)
+	}
+	if w.Seq >= MaxSeq {
+		return w, false, fmt.Errorf("%w: its highest seq is %d, the grammar's last", ErrQueueFull, w.Seq)
 	}
 	w.Seq++
 	position := slices.IndexFunc(q, func(o Waiter) bool { return o.Priority < w.Priority })
@@ -181,6 +183,22 @@ func placeIn(current *coordinationv1.Lease, w Waiter) (Waiter, bool, error) {
 		position = len(q)
 	}
 	return w, position < FrontLength, nil
+}
+
+// validWaiter checks w's ticket, identity and principal against the
+// grammar.
+func validWaiter(w Waiter) error {
+	switch {
+	case !ValidTicket(w.Ticket):
+		return fmt.Errorf("ticket %q is not of the grammar %s", w.Ticket, TicketPattern)
+	case !ValidIdentity(w.Identity):
+		return fmt.Errorf("identity %q is not of the grammar %s (1 to %d printable ASCII characters, no leading or trailing space)",
+			w.Identity, IdentityPattern, MaxIdentityLength)
+	case !ValidPrincipal(w.Principal):
+		return fmt.Errorf("principal %q cannot queue: a principal is of the grammar %s (a username of printable ASCII, no spaces, at most %d characters)",
+			w.Principal, PrincipalPattern, MaxUsernameLength)
+	}
+	return nil
 }
 
 // Withdrawal is the merge patch that takes the place with ticket out of the

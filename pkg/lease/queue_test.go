@@ -58,9 +58,9 @@ func register(t *testing.T, l *coordinationv1.Lease, ws ...Waiter) *coordination
 
 func TestQueueOrder(t *testing.T) {
 	l := register(t, heldLease("a", 4),
-		Waiter{Identity: "b", Ticket: "tb"}, Waiter{Identity: "c", Ticket: "tc"},
-		Waiter{Identity: "vip", Ticket: "tv", Priority: 5}, Waiter{Identity: "d", Ticket: "td"},
-		Waiter{Identity: "vip2", Ticket: "tv2", Priority: 5}, Waiter{Identity: "low", Ticket: "tl", Priority: -1})
+		Waiter{Principal: "user=b", Identity: "b", Ticket: "tb"}, Waiter{Principal: "user=c", Identity: "c", Ticket: "tc"},
+		Waiter{Principal: "user=vip", Identity: "vip", Ticket: "tv", Priority: 5}, Waiter{Principal: "user=d", Identity: "d", Ticket: "td"},
+		Waiter{Principal: "user=vip2", Identity: "vip2", Ticket: "tv2", Priority: 5}, Waiter{Principal: "user=low", Identity: "low", Ticket: "tl", Priority: -1})
 	if got, want := tickets(l), []string{"tv", "tv2", "tb", "tc", "td", "tl"}; !slices.Equal(got, want) {
 		t.Fatalf("queue %v, want %v (priority first, then arrival)", got, want)
 	}
@@ -70,8 +70,8 @@ func TestQueueOrder(t *testing.T) {
 	// Two waiters registering from the same copy (at the same moment) get
 	// the same Seq; the ticket orders them.
 	from := heldLease("a", 4)
-	p1, w1, _ := Registration(from, Waiter{Identity: "x", Ticket: "t2"})
-	p2, w2, _ := Registration(from, Waiter{Identity: "y", Ticket: "t1"})
+	p1, w1, _ := Registration(from, Waiter{Principal: "user=x", Identity: "x", Ticket: "t2"})
+	p2, w2, _ := Registration(from, Waiter{Principal: "user=y", Identity: "y", Ticket: "t1"})
 	both := merge(t, merge(t, from, p1), p2)
 	if w1.Seq != w2.Seq || !slices.Equal(tickets(both), []string{"t1", "t2"}) {
 		t.Errorf("concurrent registrations: seq %d %d, queue %v", w1.Seq, w2.Seq, tickets(both))
@@ -95,7 +95,7 @@ func mustWithdrawal(t *testing.T, ticket string) []byte {
 }
 
 func TestQueueKeepsWhoRegisteredAndIgnoresGarbage(t *testing.T) {
-	l := register(t, heldLease("a", 1), Waiter{Identity: "id,with,commas", Ticket: "tb"})
+	l := register(t, heldLease("a", 1), Waiter{Principal: "user=id,with,commas", Identity: "id,with,commas", Ticket: "tb"})
 	l.Annotations[QueuedByKey("tb")] = "user=alice"
 	l.Annotations[EntryKey("bad")] = "not an entry"
 	l.Annotations[EntryKey("bad2")] = "x,1,id"
@@ -108,13 +108,14 @@ func TestQueueKeepsWhoRegisteredAndIgnoresGarbage(t *testing.T) {
 func TestQueueIsBounded(t *testing.T) {
 	l := heldLease("a", 1)
 	l.Annotations = map[string]string{}
-	for i := range MaxQueue {
+	for i := range MaxPlaces {
 		l.Annotations[EntryKey(fmt.Sprint("t", i))] = fmt.Sprintf("0,%d,w", i+1)
+		l.Annotations[QueuedByKey(fmt.Sprint("t", i))] = fmt.Sprint("user=u", i)
 	}
-	if _, _, err := Registration(l, Waiter{Identity: "late", Ticket: "late"}); !errors.Is(err, ErrQueueFull) {
+	if _, _, err := Registration(l, Waiter{Principal: "user=late", Identity: "late", Ticket: "late"}); !errors.Is(err, ErrQueueFull) {
 		t.Errorf("registering in a full queue: %v", err)
 	}
-	if _, _, err := Registration(heldLease("a", 1), Waiter{Identity: "odd", Ticket: "not a label name!"}); err == nil {
+	if _, _, err := Registration(heldLease("a", 1), Waiter{Principal: "user=odd", Identity: "odd", Ticket: "not a label name!"}); err == nil {
 		t.Errorf("a ticket that is no label name was registered")
 	}
 }
@@ -154,12 +155,12 @@ func front(l *coordinationv1.Lease) []string {
 // so that a waiter watching with FrontSelector hears of the Lease when it
 // moves up.
 func TestRegistrationLabelsTheFront(t *testing.T) {
-	l := register(t, heldLease("a", 4), Waiter{Identity: "b", Ticket: "tb"}, Waiter{Identity: "c", Ticket: "tc"},
-		Waiter{Identity: "d", Ticket: "td"})
+	l := register(t, heldLease("a", 4), Waiter{Principal: "user=b", Identity: "b", Ticket: "tb"}, Waiter{Principal: "user=c", Identity: "c", Ticket: "tc"},
+		Waiter{Principal: "user=d", Identity: "d", Ticket: "td"})
 	if got := front(l); !slices.Equal(got, []string{"tb", "tc"}) {
 		t.Errorf("front %v, want the first two", got)
 	}
-	vip := register(t, l, Waiter{Identity: "vip", Ticket: "tv", Priority: 9})
+	vip := register(t, l, Waiter{Principal: "user=vip", Identity: "vip", Ticket: "tv", Priority: 9})
 	if got := front(vip); !slices.Equal(got, []string{"tb", "tc", "tv"}) {
 		t.Errorf("front %v: a waiter registering ahead labels itself and removes nobody's", got)
 	}
@@ -174,8 +175,8 @@ func TestRegistrationLabelsTheFront(t *testing.T) {
 func TestRegisteredKeepsOrderBehindExistingPlaces(t *testing.T) {
 	l := &coordinationv1.Lease{}
 	l.Labels = map[string]string{"locks.frontdesk.dev/lock": "billing"}
-	l = SetQueue(l, []Waiter{{Identity: "cli", Ticket: "t0"}})
-	out, err := Registered(l, []Waiter{{Identity: "a_1", Ticket: "pod-1"}, {Identity: "b_2", Ticket: "pod-2"}})
+	l = SetQueue(l, []Waiter{{Principal: "user=cli", Identity: "cli", Ticket: "t0"}})
+	out, err := Registered(l, []Waiter{{Principal: "user=a_1", Identity: "a_1", Ticket: "pod-1"}, {Principal: "user=b_2", Identity: "b_2", Ticket: "pod-2"}})
 	if err != nil {
 		t.Fatal(err)
 	}

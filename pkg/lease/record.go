@@ -60,9 +60,11 @@ func (r Record) Duration(fallback time.Duration) time.Duration {
 	return fallback
 }
 
-// Observation is a record and when the local clock first saw it. ObservedAt
-// comes from a clock that carries Go's monotonic reading, so durations
-// measured from it are immune to wall-clock steps.
+// Observation is a record and when the local clock first saw it. A record
+// is the holder, token and renewTime together, so ObservedAt moves on every
+// renewal: it says when the grant was last seen renewed, not when it began.
+// ObservedAt comes from a clock that carries Go's monotonic reading, so
+// durations measured from it are immune to wall-clock steps.
 type Observation struct {
 	Record     Record
 	ObservedAt time.Time

@@ -7,13 +7,13 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/frontdesk-dev/frontdesk/internal/testutil"
+	"github.com/frontdesk-dev/frontdesk/pkg/lease/leasetest"
 )
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 func held(holder string, transitions int32, renew time.Time) *coordinationv1.Lease {
-	return testutil.MakeLease("", "").Token(transitions).Duration(15).Held(holder, t0, renew).Obj()
+	return leasetest.MakeLease("", "").Token(transitions).Duration(15).Held(holder, t0, renew).Obj()
 }
 
 func TestObserverMovesOnlyWhenTheRecordChanges(t *testing.T) {

@@ -36,10 +36,11 @@ var (
 )
 
 // GrantDuration is the lease duration a grant on l must carry: the
-// manager's LeaseDurationAnnotation, else the Lease's own
-// leaseDurationSeconds, else fallback.
+// manager's LeaseDurationAnnotation (read as the lease-guard policy reads
+// it, ParseDurationSeconds), else the Lease's own leaseDurationSeconds,
+// else fallback.
 func GrantDuration(l *coordinationv1.Lease, fallback time.Duration) time.Duration {
-	if s, err := strconv.Atoi(l.Annotations[locksv1alpha1.LeaseDurationAnnotation]); err == nil && s > 0 {
+	if s, ok := ParseDurationSeconds(l.Annotations[locksv1alpha1.LeaseDurationAnnotation]); ok {
 		return time.Duration(s) * time.Second
 	}
 	return RecordOf(l).Duration(fallback)
@@ -86,11 +87,12 @@ func setGrant(p *Patch, current *coordinationv1.Lease, identity string, duration
 // ends by release, break, or the controller ending it as lapsed: nobody
 // takes a held lock over). It tests that the Lease still records that (same
 // token, no holder), that it is still controlled by the same lock and not
-// being deleted, and sets the next token. ticket, when not "", is the
-// caller's place in the queue, which leaves it in the same write; nonce
-// names the attempt (GrantNonceAnnotation). duration is used only when the
-// Lease names none.
-func GrantPatch(current *coordinationv1.Lease, identity, ticket, nonce string, duration time.Duration, now time.Time) (*Patch, error) {
+// being deleted, and sets the next token and the grant's principal (the
+// writer's own: the lease-guard policy refuses any other). ticket, when not
+// "", is the caller's place in the queue, which leaves it in the same
+// write; nonce names the attempt (GrantNonceAnnotation). duration is used
+// only when the Lease names none.
+func GrantPatch(current *coordinationv1.Lease, identity, principal, ticket, nonce string, duration time.Duration, now time.Time) (*Patch, error) {
 	if h := Holder(current); h != "" {
 		return nil, fmt.Errorf("lease %s is held by %s: a grant is made only on a free Lease", current.Name, h)
 	}
@@ -102,6 +104,7 @@ func GrantPatch(current *coordinationv1.Lease, identity, ticket, nonce string, d
 		return nil, err
 	}
 	p.Set(AnnotationPath(locksv1alpha1.GrantNonceAnnotation), nonce)
+	p.Set(AnnotationPath(locksv1alpha1.HolderPrincipalAnnotation), principal)
 	if ticket != "" {
 		removePlace(p, current, ticket)
 	}
@@ -147,10 +150,14 @@ func clearGrant(p *Patch, current *coordinationv1.Lease) {
 // HandOffPatch ends current's grant, held by releaser, and grants the lock
 // to the head of the queue in the same write: the holder becomes the head's
 // identity, with the next token and fresh times, the grant names the head's
-// ticket, and the head leaves the queue. It tests the grant (holder,
-// token) and that the head's place is still there. The head must not trust
-// a safe window it did not start: see the client library's claim of a
-// hand-off. ok is false when nobody is queued.
+// ticket and is bound to the principal that took the head's place, and the
+// head leaves the queue. It tests the grant (holder, token) and that the
+// head's place is still there as current shows it (its value as stored,
+// never re-rendered). The lease-guard policy refuses a hand-off to any
+// place but the head of the queue as stored when it lands
+// (StaleQueueRefusal). The head must not trust a safe window it did not
+// start: see the client library's claim of a hand-off. ok is false when
+// nobody is queued.
 func HandOffPatch(current *coordinationv1.Lease, releaser string, duration time.Duration, now time.Time) (p *Patch, head Waiter, ok bool, err error) {
 	q := Queue(current)
 	if len(q) == 0 {
@@ -159,9 +166,12 @@ func HandOffPatch(current *coordinationv1.Lease, releaser string, duration time.
 	head = q[0]
 	p = &Patch{}
 	testGrant(p, current)
-	p.Test(AnnotationPath(EntryKey(head.Ticket)), entryValue(head))
+	p.Test(AnnotationPath(EntryKey(head.Ticket)), current.Annotations[EntryKey(head.Ticket)])
 	if err := setGrant(p, current, head.Identity, duration, now); err != nil {
 		return nil, Waiter{}, false, err
+	}
+	if head.Principal != "" {
+		p.Set(AnnotationPath(locksv1alpha1.HolderPrincipalAnnotation), head.Principal)
 	}
 	p.Set(AnnotationPath(locksv1alpha1.TicketAnnotation), head.Ticket)
 	p.Set(AnnotationPath(locksv1alpha1.HandedOffByAnnotation), releaser)
@@ -225,6 +235,7 @@ func RemovePlacesPatch(current *coordinationv1.Lease, tickets []string) *Patch {
 	if current.Labels != nil {
 		for _, t := range frontTickets(rest) {
 			if _, ok := current.Labels[locksv1alpha1.FrontLabelPrefix+t]; !ok {
+				p.Test(AnnotationPath(EntryKey(t)), current.Annotations[EntryKey(t)])
 				p.Set(LabelPath(locksv1alpha1.FrontLabelPrefix+t), "true")
 			}
 		}
@@ -242,9 +253,14 @@ func removePlace(p *Patch, current *coordinationv1.Lease, ticket string) {
 }
 
 // labelFront adds, in p, the front labels that current's queue (without
-// the place with leaving, when not "") calls for and current lacks. It
-// removes none: a label left on a waiter that was pushed back only makes
-// it hear more, and its owner removes it when it leaves or takes the lock.
+// the place with leaving, when not "") calls for and current lacks, each
+// with a test that its place is still there as current shows it: the
+// lease-guard policy refuses a front label of a ticket that is not queued,
+// so a label of a place withdrawn meanwhile must fail the patch (a lost
+// race: the writer reads again) rather than have the guard refuse the
+// whole write. It removes none: a label left on a waiter that was pushed
+// back only makes it hear more, and its owner removes it when it leaves or
+// takes the lock.
 func labelFront(p *Patch, current *coordinationv1.Lease, leaving string) {
 	if current.Labels == nil {
 		return // a lock's Lease always carries the lock label; this one has none to add to
@@ -252,6 +268,7 @@ func labelFront(p *Patch, current *coordinationv1.Lease, leaving string) {
 	q := slices.DeleteFunc(Queue(current), func(w Waiter) bool { return w.Ticket == leaving })
 	for _, t := range frontTickets(q) {
 		if _, ok := current.Labels[locksv1alpha1.FrontLabelPrefix+t]; !ok {
+			p.Test(AnnotationPath(EntryKey(t)), current.Annotations[EntryKey(t)])
 			p.Set(LabelPath(locksv1alpha1.FrontLabelPrefix+t), "true")
 		}
 	}

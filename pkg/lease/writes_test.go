@@ -65,7 +65,7 @@ var now = time.Date(2026, 12, 6, 10, 0, 5, 0, time.UTC)
 func TestGrantIsACompareAndSwapOnTheToken(t *testing.T) {
 	free := lockLease("", 4)
 	grant := func(identity string) *Patch {
-		p, err := GrantPatch(free, identity, "", "n-"+identity, time.Second, now)
+		p, err := GrantPatch(free, identity, "user=test", "", "n-"+identity, time.Second, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestGrantIsACompareAndSwapOnTheToken(t *testing.T) {
 	}
 	// A change of the queue between the judgement and the write does not
 	// stop the grant.
-	queued := register(t, free, Waiter{Identity: "w", Ticket: "tw"})
+	queued := register(t, free, Waiter{Principal: "user=w", Identity: "w", Ticket: "tw"})
 	if out := mustApply(t, queued, grant("b")); Token(out) != 5 || Position(out, "tw") != 0 {
 		t.Errorf("grant over a queue change: token %d, queue %v", Token(out), tickets(out))
 	}
@@ -96,7 +96,7 @@ func TestGrantIsACompareAndSwapOnTheToken(t *testing.T) {
 }
 
 func TestNobodyGrantsOnAHeldLease(t *testing.T) {
-	if _, err := GrantPatch(lockLease("a", 4), "b", "", "n", time.Second, now); err == nil {
+	if _, err := GrantPatch(lockLease("a", 4), "b", "user=test", "", "n", time.Second, now); err == nil {
 		t.Errorf("a grant patch on a held Lease")
 	}
 	// The controller ends a lapsed grant: the Lease is free, the token
@@ -107,7 +107,7 @@ func TestNobodyGrantsOnAHeldLease(t *testing.T) {
 	if Holder(lapsed) != "" || Token(lapsed) != 4 || !Lapsed(lapsed) || lapsed.Annotations[locksv1alpha1.GrantNonceAnnotation] != "" {
 		t.Fatalf("lapsed: holder %q token %d lapsed %v marks %v", Holder(lapsed), Token(lapsed), Lapsed(lapsed), lapsed.Annotations)
 	}
-	p, err := GrantPatch(lapsed, "b", "", "n", time.Second, now)
+	p, err := GrantPatch(lapsed, "b", "user=test", "", "n", time.Second, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestNobodyGrantsOnAHeldLease(t *testing.T) {
 
 func TestRenewLandsWhateverTheQueueDid(t *testing.T) {
 	held := lockLease("a", 4)
-	later := register(t, held, Waiter{Identity: "b", Ticket: "tb"}, Waiter{Identity: "c", Ticket: "tc"})
+	later := register(t, held, Waiter{Principal: "user=b", Identity: "b", Ticket: "tb"}, Waiter{Principal: "user=c", Identity: "c", Ticket: "tc"})
 	out := mustApply(t, later, RenewPatch(held, now))
 	if !out.Spec.RenewTime.Time.Equal(now) || Holder(out) != "a" || Token(out) != 4 {
 		t.Errorf("renewal: %v", out.Spec)
@@ -140,7 +140,7 @@ func TestReleaseAndHandOff(t *testing.T) {
 	if Holder(released) != "" || Token(released) != 4 || released.Spec.RenewTime != nil || released.Annotations[locksv1alpha1.GrantNonceAnnotation] != "" {
 		t.Errorf("release: %v %v", released.Spec, released.Annotations)
 	}
-	queued := register(t, held, Waiter{Identity: "b", Ticket: "tb"}, Waiter{Identity: "c", Ticket: "tc"}, Waiter{Identity: "d", Ticket: "td"})
+	queued := register(t, held, Waiter{Principal: "user=b", Identity: "b", Ticket: "tb"}, Waiter{Principal: "user=c", Identity: "c", Ticket: "tc"}, Waiter{Principal: "user=d", Identity: "d", Ticket: "td"})
 	p, head, ok, err := HandOffPatch(queued, "a", time.Second, now)
 	if err != nil || !ok || head.Ticket != "tb" {
 		t.Fatalf("hand-off: %v %v %+v", ok, err, head)
@@ -161,7 +161,7 @@ func TestReleaseAndHandOff(t *testing.T) {
 		t.Errorf("a hand-off with nobody queued")
 	}
 	// A grant after the hand-off drops its marks.
-	g, err := GrantPatch(mustApply(t, out, ReleasePatch(out)), "x", "", "n2", time.Second, now)
+	g, err := GrantPatch(mustApply(t, out, ReleasePatch(out)), "x", "user=test", "", "n2", time.Second, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,9 +171,9 @@ func TestReleaseAndHandOff(t *testing.T) {
 }
 
 func TestGrantOfAWaiterLeavesTheQueue(t *testing.T) {
-	free := register(t, lockLease("", 4), Waiter{Identity: "b", Ticket: "tb"}, Waiter{Identity: "c", Ticket: "tc"},
-		Waiter{Identity: "d", Ticket: "td"})
-	p, err := GrantPatch(free, "c", "tc", "n", time.Second, now)
+	free := register(t, lockLease("", 4), Waiter{Principal: "user=b", Identity: "b", Ticket: "tb"}, Waiter{Principal: "user=c", Identity: "c", Ticket: "tc"},
+		Waiter{Principal: "user=d", Identity: "d", Ticket: "td"})
+	p, err := GrantPatch(free, "c", "user=test", "tc", "n", time.Second, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestBreakAndTheEndOfTheRange(t *testing.T) {
 		t.Errorf("break: holder %q token %d", Holder(out), Token(out))
 	}
 	last := lockLease("", math.MaxInt32)
-	if _, err := GrantPatch(last, "b", "", "n", time.Second, now); !errors.Is(err, ErrTokensExhausted) {
+	if _, err := GrantPatch(last, "b", "user=test", "", "n", time.Second, now); !errors.Is(err, ErrTokensExhausted) {
 		t.Errorf("grant at the end of the range: %v", err)
 	}
 	if _, err := BreakPatch(last); !errors.Is(err, ErrTokensExhausted) {
@@ -232,6 +232,32 @@ func TestGrantDuration(t *testing.T) {
 	if d := GrantDuration(l, time.Minute); d != time.Minute {
 		t.Errorf("fallback: %s", d)
 	}
+	// The annotation is read as the lease-guard policy reads it: a number
+	// of the grammar within int32, else not at all.
+	l.Spec.LeaseDurationSeconds = ptr.To[int32](15)
+	for value, want := range map[string]time.Duration{
+		"30": 30 * time.Second, "2147483647": math.MaxInt32 * time.Second,
+		"0": 15 * time.Second, "030": 15 * time.Second, "+30": 15 * time.Second, "-30": 15 * time.Second,
+		"2147483648": 15 * time.Second, "999999999999999999": 15 * time.Second,
+	} {
+		l.Annotations[locksv1alpha1.LeaseDurationAnnotation] = value
+		if d := GrantDuration(l, time.Minute); d != want {
+			t.Errorf("with the annotation %q: %s, want %s", value, d, want)
+		}
+	}
+}
+
+func TestEpochReadsTheGrammar(t *testing.T) {
+	l := lockLease("a", 1)
+	for value, want := range map[string]int64{
+		"": 0, "0": 0, "1": 1, "999999999999999999": 999999999999999999,
+		"007": 0, "+1": 0, "-1": 0, "-0": 0, "1000000000000000000": 0, "9223372036854775807": 0,
+	} {
+		l.Annotations[locksv1alpha1.TokenEpochAnnotation] = value
+		if got := Epoch(l); got != want {
+			t.Errorf("Epoch with token-epoch %q: %d, want %d", value, got, want)
+		}
+	}
 }
 
 func TestPatchDidNotApply(t *testing.T) {
@@ -264,7 +290,7 @@ func TestTokenEpochs(t *testing.T) {
 	if Holder(next) != "" || Epoch(next) != 1 || Token(next) != EpochSize || Exhausted(next) {
 		t.Errorf("new epoch: holder %q epoch %d token %d", Holder(next), Epoch(next), Token(next))
 	}
-	p, err := GrantPatch(next, "b", "", "n", time.Second, now)
+	p, err := GrantPatch(next, "b", "user=test", "", "n", time.Second, now)
 	if err != nil {
 		t.Fatal(err)
 	}

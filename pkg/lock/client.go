@@ -6,21 +6,33 @@
 //	g, err := c.Acquire(ctx)          // blocks; ctx deadline = try-lock with timeout
 //	defer g.Release(context.Background())
 //	doWork(g.Context(), g.Token())    // g.Context() ends before the lease could lapse
+//
+// At the resource, fence each write on the grant's key and token, with a
+// pkg/fencing Guard: guard.Fence(ctx, g.FencingKey(), g.Token(), write).
 package lock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
@@ -222,6 +234,93 @@ func (c *Client) Name() string { return c.cfg.Name }
 // LockName is namespace/name of the lock.
 func (c *Client) LockName() string { return c.cfg.Namespace + "/" + c.cfg.Name }
 
+// DefaultIdentity is unique per process incarnation. In a pod whose
+// downward API sets $POD_NAME and $POD_UID it is "<pod>_<uid>_<8 hex>": the
+// controller then marks that pod (and only that pod, checked by UID) as the
+// holder. Without them it is "<hostname>_<8 hex>", which marks no pod.
+func DefaultIdentity() string {
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	random := hex.EncodeToString(suffix)
+	pod, uid := os.Getenv("POD_NAME"), os.Getenv("POD_UID")
+	if pod != "" && locksv1alpha1.PodUIDOf(pod+locksv1alpha1.IdentitySeparator+uid) != "" {
+		return locksv1alpha1.PodIdentity(pod, uid, random)
+	}
+	base := pod
+	if base == "" {
+		base, _ = os.Hostname()
+	}
+	if base == "" {
+		base = "unknown"
+	}
+	return base + locksv1alpha1.IdentitySeparator + random
+}
+
+// PodNameOf returns the pod (or host) part of an identity made by
+// DefaultIdentity; other identities are returned whole.
+func PodNameOf(identity string) string {
+	return locksv1alpha1.PodNameOf(identity)
+}
+
+// newTicket is a random ticket for one place in a lock's queue.
+func newTicket() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Principal is who a request comes from, as a grant
+// (locks.frontdesk.dev/holder-principal) and a place in the queue
+// (queued-by.locks.frontdesk.dev/<ticket>) record it: "pod=<pod uid>
+// user=<username>" for a token bound to a pod, else "user=<username>" (see
+// lease.Principal). A client writes its own, and the lease-guard policy
+// refuses any other.
+func Principal(user authenticationv1.UserInfo) string {
+	extra := make(map[string][]string, len(user.Extra))
+	for k, v := range user.Extra {
+		extra[k] = v
+	}
+	return lease.Principal(user.Username, extra)
+}
+
+// selfPrincipal is this client's principal, asked of the apiserver once
+// (see SelfPrincipal) and then remembered. Every grant and place this
+// client writes carries it.
+func (c *Client) selfPrincipal(ctx context.Context) (string, error) {
+	c.mu.Lock()
+	known := c.principal
+	c.mu.Unlock()
+	if known != "" {
+		return known, nil
+	}
+	principal, err := SelfPrincipal(ctx, c.reviews)
+	if err != nil {
+		return "", err
+	}
+	c.mu.Lock()
+	c.principal = principal
+	c.mu.Unlock()
+	return principal, nil
+}
+
+// SelfPrincipal asks the apiserver who the client of reviews is (a
+// SelfSubjectReview, which every authenticated user may make) and returns
+// its principal. It fails when that principal is outside the grammar
+// (lease.ValidPrincipal): such a client can neither hold nor queue where
+// the lease-guard policy is installed.
+func SelfPrincipal(ctx context.Context, reviews authenticationclient.SelfSubjectReviewInterface) (string, error) {
+	review, err := reviews.Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("asking the apiserver who this client is: %w", err)
+	}
+	principal := Principal(review.Status.UserInfo)
+	if !lease.ValidPrincipal(principal) {
+		return "", fmt.Errorf("this client's principal %q cannot hold or queue for a lock: a principal is of the grammar %s "+
+			"(a username of printable ASCII without spaces, at most %d characters)", principal, lease.PrincipalPattern, lease.MaxUsernameLength)
+	}
+	return principal, nil
+}
+
 // GetLock reads the DistributedLock.
 func (c *Client) GetLock(ctx context.Context) (*locksv1alpha1.DistributedLock, error) {
 	u, err := c.locks.Get(ctx, c.cfg.Name, metav1.GetOptions{})
@@ -317,4 +416,114 @@ func (c *Client) remember(l *coordinationv1.Lease) {
 // controlledBy reports whether the lock with the given UID controls l.
 func controlledBy(l *coordinationv1.Lease, uid types.UID) bool {
 	return uid != "" && lease.ControllerUID(l) == uid
+}
+
+// maxWriteAttempts bounds the retries of a write that should land whatever
+// the contention (a release, an admin edit): each retry follows a write of
+// the grant's own fields by someone else, which is rare, since the queue's
+// writes never make a grant's patch fail.
+const maxWriteAttempts = 25
+
+// errNothingToDo ends a modifyLease that has nothing to write.
+var errNothingToDo = errors.New("nothing to do")
+
+// writeLease sends a write of the grant path, the patch p judged on
+// current, through the client's unthrottled writer, and remembers the Lease
+// it answers with. Exact, it is current with p applied, written with an
+// Update carrying current's resourceVersion (a compare-and-swap on the
+// whole object, in the apiserver's cheapest encoding: a Conflict when
+// anything wrote the Lease since current); otherwise it is p itself, whose
+// tests are the compare-and-swap, on the fields the judgement rests on.
+func (c *Client) writeLease(ctx context.Context, current *coordinationv1.Lease, p *lease.Patch, exact bool) (*coordinationv1.Lease, error) {
+	var l *coordinationv1.Lease
+	var err error
+	if exact {
+		var next *coordinationv1.Lease
+		if next, err = p.ApplyTo(current); err != nil {
+			return nil, err
+		}
+		l, err = c.writes.Update(ctx, next, metav1.UpdateOptions{})
+	} else {
+		l, err = c.writes.Patch(ctx, current.Name, types.JSONPatchType, p.Bytes(), metav1.PatchOptions{})
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.remember(l)
+	return l, nil
+}
+
+// lostRace reports whether a write failed because the Lease was no longer
+// the copy it was judged on: a patch whose tests failed, or that removed
+// something already gone, an Update whose resourceVersion had moved, or a
+// registration or hand-off the lease-guard policy refused because the
+// queue changed since (lease.StaleQueueRefusal). Re-read and judge again.
+func lostRace(err error) bool {
+	return apierrors.IsConflict(err) || lease.PatchDidNotApply(err) ||
+		apierrors.IsForbidden(err) && strings.Contains(err.Error(), lease.StaleQueueRefusal)
+}
+
+// refusal is err, saying plainly when the apiserver refused the write
+// (its admission policies, or RBAC): the message names the rule.
+func refusal(err error) error {
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("the apiserver refused the write: %w", err)
+	}
+	return err
+}
+
+// mayHaveLanded reports whether a write that failed with err may still
+// have been applied: an answer from the apiserver below 500 (other than a
+// request timeout) is a refusal; a 5xx, a timeout or no answer is not.
+func mayHaveLanded(err error) bool {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		code := status.Status().Code
+		return code >= 500 || code == http.StatusRequestTimeout
+	}
+	return true
+}
+
+// passingReadError reports whether a failed read is one that passes by
+// itself: the apiserver timed out, was overloaded (429, 5xx) or the
+// connection broke or timed out; never when the caller's ctx has ended, and
+// never an error that retrying cannot mend (a refusal, bad credentials).
+func passingReadError(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		code := status.Status().Code
+		return code >= 500 || code == http.StatusTooManyRequests || code == http.StatusRequestTimeout
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		utilnet.IsTimeout(err) || utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) ||
+		utilnet.IsConnectionRefused(err) || utilnet.IsHTTP2ConnectionLost(err)
+}
+
+// modifyLease applies edit to a fresh read of the Lease and sends the patch
+// it returns, reading again when the patch finds the Lease changed. edit
+// may refuse by returning an error, which is returned as is.
+//
+// The first attempt is exact (see writeLease), the others are not.
+func (c *Client) modifyLease(ctx context.Context, info lockInfo, edit func(l *coordinationv1.Lease) (*lease.Patch, error)) error {
+	for attempt := range maxWriteAttempts {
+		current, err := c.readLease(ctx, info.leaseName)
+		if err != nil {
+			return err
+		}
+		p, err := edit(current)
+		if err != nil {
+			return err
+		}
+		_, err = c.writeLease(ctx, current, p, attempt == 0)
+		if err == nil {
+			return nil
+		}
+		if !lostRace(err) {
+			return fmt.Errorf("updating lease %s/%s: %w", c.cfg.Namespace, info.leaseName, refusal(err))
+		}
+	}
+	return fmt.Errorf("updating lease %s/%s: the Lease changed under %d writes in a row", c.cfg.Namespace, info.leaseName, maxWriteAttempts)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -11,8 +12,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/clock"
 
+	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 )
 
@@ -55,19 +58,6 @@ type Grant struct {
 	stopOnce sync.Once
 	lostOnce sync.Once
 	endOnce  sync.Once
-}
-
-// safetyMargin is how long before the lease could lapse for others a grant
-// stops counting as held (see lease.SafetyMargin).
-func (c *Client) safetyMargin(info lockInfo) time.Duration {
-	return lease.SafetyMargin(info.duration, c.cfg.SafetyMargin)
-}
-
-// safeUntil is how long a write that started at start keeps the lock: the
-// others' expiry clock starts no earlier than the write, so the lease
-// duration from start, minus the safety margin.
-func (c *Client) safeUntil(info lockInfo, start time.Time) time.Time {
-	return start.Add(info.duration - c.safetyMargin(info))
 }
 
 // newGrant starts the grant a: held until a.validUntil unless renewed,
@@ -113,6 +103,16 @@ func (g *Grant) Holder() string { return g.client.cfg.Identity }
 
 // Lock is namespace/name of the lock.
 func (g *Grant) Lock() string { return g.client.LockName() }
+
+// FencingKey is the key to fence this grant's writes on, with Token:
+// "<namespace>/<name>" of the lock (fencing.LockKey), the same for every
+// grant of the lock and different for every other lock, those of the same
+// name in other namespaces included.
+//
+//	err := guard.Fence(ctx, g.FencingKey(), g.Token(), write)
+func (g *Grant) FencingKey() string {
+	return fencing.LockKey(g.client.cfg.Namespace, g.client.cfg.Name)
+}
 
 // Context is cancelled the moment the holder can no longer be sure it holds
 // the lock: before the lease could have lapsed for anyone else (with a
@@ -292,6 +292,162 @@ func (g *Grant) stillServing(l *coordinationv1.Lease) error {
 	return nil
 }
 
+// reread fetches the Lease and returns it if this grant still holds it, or
+// an ErrLost error saying who has it now. It reads through the grant
+// path's own client, with no client-side rate limiter: a renewal or a
+// release that lost a race never waits behind this process's other reads.
+func (g *Grant) reread(ctx context.Context) (*coordinationv1.Lease, error) {
+	fresh, err := g.client.writes.Get(ctx, g.info.leaseName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, lostBecause("lease_deleted", "%w: lease %s/%s was deleted", ErrLost, g.client.cfg.Namespace, g.info.leaseName)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading lease %s/%s: %w", g.client.cfg.Namespace, g.info.leaseName, err)
+	}
+	g.client.remember(fresh)
+	if !g.owns(fresh) {
+		holder := lease.Holder(fresh)
+		if holder == "" {
+			holder = "nobody"
+		}
+		return nil, lostBecause("taken_over", "%w: lock %s is now held by %s with fencing token %d (ours was %d)",
+			ErrLost, g.Lock(), holder, lease.Token(fresh), g.token)
+	}
+	return fresh, nil
+}
+
+// owns reports whether l still records this grant: same holder, same token.
+func (g *Grant) owns(l *coordinationv1.Lease) bool {
+	return lease.Holder(l) == g.Holder() && lease.Token(l) == g.token
+}
+
+// follow watches the grant's Lease while the grant lasts. Waiters write the
+// Lease too (they register in its queue), so the copy the grant last wrote
+// goes stale; the watch keeps the newest version that still records this
+// grant (freshest), so that a renewal or the release is a single
+// compare-and-swap instead of a conflict, a read and a retry. A version
+// that no longer records the grant (taken over, broken, deleted, retired)
+// makes the heartbeat renew at once, which finds out and ends the grant:
+// sooner than the next renewal would, never later. The watch is only a
+// shortcut: every write is still a compare-and-swap, and expiry is still
+// the grant's own timer.
+func (g *Grant) follow(fromVersion string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-g.stop:
+		case <-g.lost:
+		}
+		cancel()
+	}()
+	clk := g.client.cfg.Clock
+	// A grant released within followDelay never opens the watch: short
+	// critical sections cost the apiserver nothing more. The watch starts
+	// from the grant's own version, so it still brings every change made
+	// since.
+	select {
+	case <-ctx.Done():
+		return
+	case <-clk.After(followDelay):
+	}
+	version := fromVersion
+	for ctx.Err() == nil {
+		opened := clk.Now()
+		w, err := g.client.watchLease(ctx, g.info.leaseName, version, "")
+		if err == nil {
+			version = g.drain(ctx, w, version)
+			w.Stop()
+		} else if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+			version = "" // too old: start from the current version
+		}
+		// A watch that could not open, or ended within a second (an
+		// error event, a proxy cutting idle connections), is reopened
+		// after a pause, never in a tight loop.
+		if clk.Since(opened) < time.Second {
+			select {
+			case <-ctx.Done():
+			case <-clk.After(watchRetryDelay):
+			}
+		}
+	}
+}
+
+// drain takes the watch's events until it ends or ctx does, and returns the
+// resourceVersion to resume from ("" after an error event, which may mean
+// that version is too old).
+func (g *Grant) drain(ctx context.Context, w watch.Interface, version string) string {
+	for {
+		select {
+		case <-ctx.Done():
+			return version
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return version
+			}
+			if ev.Type == watch.Error {
+				return ""
+			}
+			l, isLease := ev.Object.(*coordinationv1.Lease)
+			if !isLease {
+				continue
+			}
+			version = l.ResourceVersion
+			g.mu.Lock()
+			own := g.lease
+			if ev.Type != watch.Deleted && g.owns(l) && g.stillServing(l) == nil {
+				if newerVersion(l, g.latest) {
+					g.latest = l
+				}
+				g.mu.Unlock()
+				continue
+			}
+			g.mu.Unlock()
+			// A version older than the grant's own last write (a watch
+			// reopened from the current state may start with one) says
+			// nothing new; any other that does not record the grant is
+			// checked by a renewal at once.
+			if ev.Type == watch.Deleted || !newerVersion(own, l) {
+				g.renewNow()
+			}
+		}
+	}
+}
+
+// renewNow asks the heartbeat for a renewal at once.
+func (g *Grant) renewNow() {
+	select {
+	case g.poke <- struct{}{}:
+	default:
+	}
+}
+
+// freshest is the newest copy of the Lease known to record this grant: the
+// grant's own last write, or a later version the watch brought. Callers
+// hold g.mu.
+func (g *Grant) freshest() *coordinationv1.Lease {
+	if newerVersion(g.latest, g.lease) {
+		return g.latest
+	}
+	return g.lease
+}
+
+// newerVersion reports whether a is a later version of the Lease than b.
+// resourceVersions are etcd revisions; should one not parse as a number,
+// a is not taken as newer (the grant's own copy is used, and a stale copy
+// only costs a conflict: every write is a compare-and-swap).
+func newerVersion(a, b *coordinationv1.Lease) bool {
+	if a == nil {
+		return false
+	}
+	if b == nil {
+		return true
+	}
+	av, errA := strconv.ParseUint(a.ResourceVersion, 10, 64)
+	bv, errB := strconv.ParseUint(b.ResourceVersion, 10, 64)
+	return errA == nil && errB == nil && av > bv
+}
+
 // releaseLapsed runs after the grant was lost because its safe window ended
 // without a renewal: if the server still shows this very grant (renewals
 // failed, or landed but their answers came too late), it clears it, so the
@@ -330,35 +486,6 @@ func (g *Grant) releaseLapsed() {
 	}
 }
 
-// reread fetches the Lease and returns it if this grant still holds it, or
-// an ErrLost error saying who has it now. It reads through the grant
-// path's own client, with no client-side rate limiter: a renewal or a
-// release that lost a race never waits behind this process's other reads.
-func (g *Grant) reread(ctx context.Context) (*coordinationv1.Lease, error) {
-	fresh, err := g.client.writes.Get(ctx, g.info.leaseName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, lostBecause("lease_deleted", "%w: lease %s/%s was deleted", ErrLost, g.client.cfg.Namespace, g.info.leaseName)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading lease %s/%s: %w", g.client.cfg.Namespace, g.info.leaseName, err)
-	}
-	g.client.remember(fresh)
-	if !g.owns(fresh) {
-		holder := lease.Holder(fresh)
-		if holder == "" {
-			holder = "nobody"
-		}
-		return nil, lostBecause("taken_over", "%w: lock %s is now held by %s with fencing token %d (ours was %d)",
-			ErrLost, g.Lock(), holder, lease.Token(fresh), g.token)
-	}
-	return fresh, nil
-}
-
-// owns reports whether l still records this grant: same holder, same token.
-func (g *Grant) owns(l *coordinationv1.Lease) bool {
-	return lease.Holder(l) == g.Holder() && lease.Token(l) == g.token
-}
-
 func (g *Grant) lose(err error) {
 	g.lostOnce.Do(func() {
 		g.mu.Lock()
@@ -393,6 +520,7 @@ type lossError struct {
 }
 
 func (e *lossError) Error() string { return e.err.Error() }
+
 func (e *lossError) Unwrap() error { return e.err }
 
 // lostBecause is an error for a grant lost for reason (a metric label).
@@ -402,7 +530,8 @@ func lostBecause(reason, format string, args ...any) error {
 
 // lossReason is the metric label of a loss.
 func lossReason(err error) string {
-	if le, ok := errors.AsType[*lossError](err); ok {
+	var le *lossError
+	if errors.As(err, &le) {
 		return le.reason
 	}
 	return "other"
@@ -469,4 +598,23 @@ func (g *Grant) Release(ctx context.Context) error {
 	}
 	g.client.leaveBehind(leftoverOfGrant(current))
 	return fmt.Errorf("releasing lease %s/%s: the Lease changed under %d releases in a row", g.client.cfg.Namespace, g.info.leaseName, maxWriteAttempts)
+}
+
+// releasePatch gives up current's grant, held by this client: handed to the
+// head of the queue in the same write, or simply released when nobody is
+// queued, or when the Lease is being deleted or no longer serves the lock
+// (retired): nobody could take a hand-off up there. An exact release lands
+// only on current's very version, so the hand-off goes to the head of the
+// queue as it is when the release lands; a release that is not exact lands
+// whatever the queue did since current (a waiter whose registration it did
+// not see finds the lock free, and takes it at its turn). Releases try
+// exact first (writeLease), and once the Lease changed, read it again and
+// go on not exact: a crowd registering cannot keep a release from landing.
+func (c *Client) releasePatch(current *coordinationv1.Lease, info lockInfo) *lease.Patch {
+	if current.DeletionTimestamp == nil && controlledBy(current, info.uid) {
+		if handed, _, ok, err := lease.HandOffPatch(current, c.cfg.Identity, info.duration, c.cfg.Clock.Now()); err == nil && ok {
+			return handed
+		}
+	}
+	return lease.ReleasePatch(current)
 }

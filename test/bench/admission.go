@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -60,6 +61,9 @@ func RunAdmission(ctx context.Context, opts AdmissionOptions, out io.Writer) ([]
 	}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("creating namespace: %w", err)
+	}
+	if err := letPodsUseLocks(ctx, cs); err != nil {
+		return nil, err
 	}
 	var rows []AdmissionRow
 	for _, w := range opts.Waiting {
@@ -169,6 +173,26 @@ func writesBetween(before, after requestCounts) usage3 {
 		}
 	}
 	return u
+}
+
+// letPodsUseLocks lets the namespace's default ServiceAccount, which the
+// bench's pods run as, use its locks (what frontdesk-lock-user grants): the
+// controller admits a pod only if its ServiceAccount may use the lock.
+func letPodsUseLocks(ctx context.Context, cs kubernetes.Interface) error {
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "lock-user", Namespace: namespace}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{locksv1alpha1.GroupVersion.Group}, Resources: []string{"distributedlocks"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "watch", "update", "patch"}},
+	}}
+	if _, err := cs.RbacV1().Roles(namespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the lock-user role: %w", err)
+	}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "default-lock-user", Namespace: namespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "lock-user"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "default", Namespace: namespace}}}
+	if _, err := cs.RbacV1().RoleBindings(namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("binding the lock-user role: %w", err)
+	}
+	return nil
 }
 
 // createPod creates the next gated pod that runs holding the lock.

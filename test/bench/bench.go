@@ -107,16 +107,57 @@ func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, []WritesRow, 
 		return nil, nil, err
 	}
 	defer func() { _ = env.Stop() }()
-	cfg := env.ControlPlane.Config
+	cs, err := setupLocks(ctx, env, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := measureLatencies(ctx, cs, env, opts, out)
+	if err != nil {
+		return nil, nil, err
+	}
+	writes, err := measureWrites(ctx, cs, env, opts)
+	if err != nil {
+		return rows, nil, err
+	}
+	printWrites(out, writes)
+	return rows, writes, nil
+}
+
+// setupLocks creates the namespace and every lock the run measures (see
+// lockNames), waits until they are Ready, and installs the lease guard if
+// opts ask for it. It returns the client the measurements use.
+func setupLocks(ctx context.Context, env *localrun.Environment, opts Options) (kubernetes.Interface, error) {
 	// Protobuf for the built-in types, as lock.New uses: the raw CAS and
 	// the library are measured on the same encoding.
-	cs, err := kubernetes.NewForConfig(lock.ProtobufConfig(cfg))
+	cs, err := kubernetes.NewForConfig(lock.ProtobufConfig(env.ControlPlane.Config))
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating client: %w", err)
+		return nil, fmt.Errorf("creating client: %w", err)
 	}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
-		return nil, nil, fmt.Errorf("creating namespace: %w", err)
+		return nil, fmt.Errorf("creating namespace: %w", err)
 	}
+	names := lockNames(opts)
+	for _, name := range names {
+		l := &locksv1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+			Spec: locksv1alpha1.DistributedLockSpec{LeaseDurationSeconds: opts.LeaseDurationSeconds}}
+		if err := env.Client.Create(ctx, l); err != nil {
+			return nil, fmt.Errorf("creating lock %s: %w", name, err)
+		}
+	}
+	if err := env.WaitReady(ctx, namespace, names); err != nil {
+		return nil, err
+	}
+	if opts.LeaseGuard {
+		if err := installLeaseGuard(ctx, env, cs); err != nil {
+			return nil, err
+		}
+	}
+	return cs, nil
+}
+
+// lockNames are the locks a run measures on, one per measurement (and per
+// waiter count and crowd size), in the order they are created.
+func lockNames(opts Options) []string {
 	names := []string{"raw", "library", "library-raw", "writes-renew"}
 	for _, w := range opts.Waiters {
 		names = append(names, fmt.Sprintf("handoff-%d", w), fmt.Sprintf("writes-%d", w))
@@ -127,25 +168,16 @@ func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, []WritesRow, 
 	if opts.LeaseGuard {
 		names = append(names, leaseGuardProbe)
 	}
-	for _, name := range names {
-		l := &locksv1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-			Spec: locksv1alpha1.DistributedLockSpec{LeaseDurationSeconds: opts.LeaseDurationSeconds}}
-		if err := env.Client.Create(ctx, l); err != nil {
-			return nil, nil, fmt.Errorf("creating lock %s: %w", name, err)
-		}
-	}
-	if err := env.WaitReady(ctx, namespace, names); err != nil {
-		return nil, nil, err
-	}
-	if opts.LeaseGuard {
-		if err := installLeaseGuard(ctx, env, cs); err != nil {
-			return nil, nil, err
-		}
-	}
+	return names
+}
 
+// measureLatencies measures the raw CAS (right after the write before, and
+// after a pause as long as a handoff's hold), the uncontended library and
+// the handoffs, prints their table to out and returns its rows.
+func measureLatencies(ctx context.Context, cs kubernetes.Interface, env *localrun.Environment, opts Options, out io.Writer) ([]Row, error) {
 	raw, err := measureRawCAS(ctx, cs, "raw", opts.Iterations, 0, 0)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	// A handoff comes after its holder held the lock (handoffHold), and
 	// every request after a pause is slower here than one right after
@@ -156,41 +188,35 @@ func Run(ctx context.Context, opts Options, out io.Writer) ([]Row, []WritesRow, 
 	pausedSamples := max(min(opts.Iterations, 100)/2, 1)
 	pausedBefore, err := measureRawCAS(ctx, cs, "raw", pausedSamples, 0, handoffHold)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	rows := []Row{raw}
 	if most := slices.Max(opts.Waiters); most > 1 {
 		// What the Lease's size alone costs a write at the most waiters.
 		rawQueued, err := measureRawCAS(ctx, cs, "raw", opts.Iterations, most, 0)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		rows = append(rows, rawQueued)
 	}
 	lib, err := measureUncontended(ctx, cs, env, "library", opts.Iterations)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	rows = append(rows, lib...)
 	handoffs, err := measureHandoffs(ctx, cs, env, opts)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	rows = append(rows, handoffs...)
 	pausedAfter, err := measureRawCAS(ctx, cs, "raw", pausedSamples, 0, handoffHold)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	paused := sorted(Row{Name: pausedBefore.Name, Samples: append(pausedBefore.Samples, pausedAfter.Samples...)})
 	rows = slices.Insert(rows, 1, paused) // right under the raw CAS it is the paused twin of
 	printTable(out, rows, opts, raw, paused)
-
-	writes, err := measureWrites(ctx, cs, env, opts)
-	if err != nil {
-		return rows, nil, err
-	}
-	printWrites(out, writes)
-	return rows, writes, nil
+	return rows, nil
 }
 
 // measureWrites counts what a renewal and a grant among each number of
@@ -303,7 +329,7 @@ func clearQueue(leases coordinationclient.LeaseInterface, name string) {
 func writeQueue(ctx context.Context, leases coordinationclient.LeaseInterface, l *coordinationv1.Lease, n int) (*coordinationv1.Lease, error) {
 	q := make([]lease.Waiter, n)
 	for i := range q {
-		q[i] = lease.Waiter{Identity: fmt.Sprintf("waiter-%d", i), Ticket: fmt.Sprintf("%016x", i+1)}
+		q[i] = lease.Waiter{Identity: fmt.Sprintf("waiter-%d", i), Ticket: fmt.Sprintf("%016x", i+1), Principal: fmt.Sprintf("user=waiter-%d", i)}
 	}
 	updated, err := leases.Update(ctx, lease.SetQueue(l.DeepCopy(), q), metav1.UpdateOptions{})
 	if err != nil {
@@ -371,45 +397,15 @@ func measureHandoffs(ctx context.Context, cs kubernetes.Interface, env *localrun
 	if err != nil {
 		return nil, fmt.Errorf("creating dynamic client: %w", err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	rounds := max(opts.HandoffRounds, 1)
-	rot := newRotation(len(opts.Waiters), opts.Handoffs, (opts.Handoffs+rounds-1)/rounds, cancel)
-	results := make([]handoffRows, len(opts.Waiters))
-	errs := make(chan error, len(opts.Waiters))
-	var wg sync.WaitGroup
+	crowds := make([]handoffCrowd, len(opts.Waiters))
 	for i, n := range opts.Waiters {
-		name := fmt.Sprintf("handoff-%d", n)
-		joined := followQueue(runCtx, cs, name, n)
-		pace := rot.pacer(i, func() bool { return joined.count() >= n })
-		wg.Go(func() {
-			h, err := handoff(runCtx, frontdeskSystem{cs: cs, dyn: dyn}, name, n, pace)
-			if err != nil {
-				errs <- fmt.Errorf("handoffs with %d waiters: %w", n, err)
-				cancel()
-			}
-			results[i] = h
-		})
-		if rot.waitParked(runCtx, i) != nil {
-			break
-		}
+		crowds[i] = handoffCrowd{what: fmt.Sprintf("handoffs with %d waiters", n), ns: namespace,
+			name: fmt.Sprintf("handoff-%d", n), n: n, sys: frontdeskSystem{cs: cs, dyn: dyn}}
 	}
-	// The last crowd's final unmeasured handoff is followed by its writes
-	// (the old holder queueing again, the status write): let them pass, as
-	// a hold lets them pass before every measured release.
-	select {
-	case <-runCtx.Done():
-	case <-time.After(handoffHold):
-		rot.start()
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
+	results, err := handoffsInTurns(ctx, cs, crowds, opts.Handoffs, (opts.Handoffs+rounds-1)/rounds)
+	if err != nil {
 		return nil, err
-	default:
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("measuring handoffs: %w", err)
 	}
 	var rows []Row
 	for i, n := range opts.Waiters {
@@ -427,14 +423,14 @@ func measureHandoffs(ctx context.Context, cs kubernetes.Interface, env *localrun
 
 // followQueue watches the Lease name until n identities have been seen in
 // its queue, or ctx ends.
-func followQueue(ctx context.Context, cs kubernetes.Interface, name string, n int) *joinedQueue {
+func followQueue(ctx context.Context, cs kubernetes.Interface, ns, name string, n int) *joinedQueue {
 	joined := &joinedQueue{seen: map[string]bool{}}
 	go func() {
 		// A watch that ends or cannot open is opened again (a second
 		// later): the identities seen so far are kept, and a new watch
 		// starts with the Lease as it is.
 		for {
-			w, err := cs.CoordinationV1().Leases(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+			w, err := cs.CoordinationV1().Leases(ns).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
 			if err == nil {
 				joined.follow(w, n)
 			}

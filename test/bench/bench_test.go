@@ -61,10 +61,11 @@ func TestBenchShortRun(t *testing.T) {
 	for _, r := range writes[1:] {
 		// Per grant: the waiter's registration and the release that hands
 		// it the lock (the holder follows its Lease, so its copy is fresh;
-		// a registration racing the release costs a 409). None of it grows
-		// with waiters.
-		if r.N < 10 || r.LeaseWrites > 3 || r.LeaseConflicts > 1.5 || r.StatusWrites > 1.2 || r.WorstOvertaking != 0 {
-			t.Errorf("%s: %+v; want at most 3 Lease writes, 1.5 conflicts and 1 status write per grant, in queue order", r.Scenario, r)
+		// a registration racing the release costs a 409). Status: the grant,
+		// and the waiter count (status.waiting) when the controller sees the
+		// registration in a pass of its own. None of it grows with waiters.
+		if r.N < 10 || r.LeaseWrites > 3 || r.LeaseConflicts > 1.5 || r.StatusWrites > 2 || r.WorstOvertaking != 0 {
+			t.Errorf("%s: %+v; want at most 3 Lease writes, 1.5 conflicts and 2 status writes per grant, in queue order", r.Scenario, r)
 		}
 		// Every grant's writes reach at least the controller's watch.
 		if r.LeaseEvents < r.LeaseWrites || r.LeaseReads < 0 || r.LockReads < 0 {
@@ -198,5 +199,42 @@ func TestPeersShortRun(t *testing.T) {
 		if r.System != "raw Lease CAS" && (len(r.Handoff.Samples) == 0 || len(r.Failover.Samples) != 1 || r.Failover.Samples[0] <= 0) {
 			t.Errorf("%s: handoff %d samples, failover %v", r.System, len(r.Handoff.Samples), r.Failover.Samples)
 		}
+	}
+}
+
+// A short run of the guard's price: participants write on both sides, the
+// guard is in force on one only (setupGuardPrice checks that), and every row
+// has samples on both sides. (No timings are asserted.)
+func TestGuardPriceShortRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rows, err := RunGuardPrice(ctx, GuardPriceOptions{Iterations: 4, Block: 2, Handoffs: 4, HandoffBlock: 2, Waiters: []int{1, 3},
+		Queues: []int{2}, Locks: []int{1, 3}, Throughput: 300 * time.Millisecond, ThroughputRounds: 2, LeaseDurationSeconds: 15}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
+	// uncontended 2, single writes 4 per queue (2 and the worst), handoffs
+	// 2, throughput 2.
+	if len(rows) != 2+4*2+2+2 {
+		t.Fatalf("%d rows:\n%s", len(rows), out.String())
+	}
+	for _, r := range rows {
+		if r.Goal == "tput" {
+			if len(r.GuardedRates) != 2 || len(r.OpenRates) != 2 || mean(r.GuardedRates) <= 0 || mean(r.OpenRates) <= 0 {
+				t.Errorf("%s: rates %v and %v", r.Name, r.GuardedRates, r.OpenRates)
+			}
+			continue
+		}
+		if len(r.Guarded.Samples) == 0 || len(r.Open.Samples) == 0 || r.Guarded.Percentile(50) <= 0 || r.Open.Percentile(50) <= 0 {
+			t.Errorf("%s: %d guarded and %d open samples", r.Name, len(r.Guarded.Samples), len(r.Open.Samples))
+		}
+		if _, lo, hi := r.Ratio(); lo <= 0 || hi < lo {
+			t.Errorf("%s: band [%.2f, %.2f]", r.Name, lo, hi)
+		}
+	}
+	if !strings.Contains(out.String(), "worst Lease") || !strings.Contains(out.String(), "the ValidatingAdmissionPolicy plugin") {
+		t.Errorf("no worst Lease rows, or no account of the guard's checks:\n%s", out.String())
 	}
 }

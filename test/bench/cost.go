@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -313,92 +314,99 @@ func renewAndMeasureLag(ctx context.Context, c client.WithWatch, cs kubernetes.I
 		return lagResult{}, err
 	}
 	defer w.Stop()
-	var mu sync.Mutex
-	sent := map[string]time.Time{} // "name/token" -> when the grant returned
-	seen := map[string]time.Time{} // "name/token" -> status showed it before the grant returned
-	var lags []time.Duration
-	statusWrites, renewals, grants := 0, 0, 0
-	go func() {
-		for ev := range w.ResultChan() {
-			lk, ok := ev.Object.(*locksv1alpha1.DistributedLock)
-			if !ok || ev.Type != watch.Modified {
-				continue
-			}
-			key := lk.Name + "/" + strconv.FormatInt(lk.Status.FencingToken, 10)
-			mu.Lock()
-			statusWrites++
-			if lk.Status.Holder != "" {
-				if at, ok := sent[key]; ok {
-					lags = append(lags, time.Since(at))
-					delete(sent, key)
-				} else {
-					seen[key] = time.Now() // before the grant's answer reached the bench
-				}
-			}
-			mu.Unlock()
+	t := &lagTracker{sent: map[string]time.Time{}, seen: map[string]time.Time{}}
+	go t.follow(w.ResultChan())
+	renewAtRate(ctx, cs, ns, names, opts, t)
+	t.waitDrained(time.Minute)
+	return t.result(ctx, c, ns)
+}
+
+// lagTracker matches the grants the bench sent with the status writes a
+// watch of the locks shows, and counts both. Its methods are safe for
+// concurrent use.
+type lagTracker struct {
+	mu   sync.Mutex
+	sent map[string]time.Time // "name/token" -> when the grant returned
+	seen map[string]time.Time // "name/token" -> status showed it before the grant returned
+	lags []time.Duration
+	// statusWrites counts the modifications of locks seen; renewals and
+	// grants the Lease writes answered.
+	statusWrites, renewals, grants int
+}
+
+// follow counts every modification of a lock in events as a status write
+// and, for a lock with a holder, matches its token with a grant sent (a
+// lag), or notes it was seen before the grant's answer. It returns once
+// events is closed.
+func (t *lagTracker) follow(events <-chan watch.Event) {
+	for ev := range events {
+		lk, ok := ev.Object.(*locksv1alpha1.DistributedLock)
+		if !ok || ev.Type != watch.Modified {
+			continue
 		}
-	}()
-	tick := time.NewTicker(time.Second / time.Duration(max(opts.RenewalsPerSecond, 1)))
-	defer tick.Stop()
-	end := time.Now().Add(opts.Duration)
-	var wg sync.WaitGroup
-	for i := 0; time.Now().Before(end); i++ {
-		<-tick.C
-		name, grant := names[rand.IntN(len(names))], i%10 == 9
-		wg.Go(func() {
-			l, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return
+		key := lk.Name + "/" + strconv.FormatInt(lk.Status.FencingToken, 10)
+		t.mu.Lock()
+		t.statusWrites++
+		if lk.Status.Holder != "" {
+			if at, ok := t.sent[key]; ok {
+				t.lags = append(t.lags, time.Since(at))
+				delete(t.sent, key)
+			} else {
+				t.seen[key] = time.Now() // before the grant's answer reached the bench
 			}
-			now := metav1.NewMicroTime(time.Now())
-			l.Spec.RenewTime = &now
-			if grant {
-				l.Spec.HolderIdentity = new(fmt.Sprintf("cost-holder-%d", i))
-				l.Spec.LeaseTransitions = new(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
-				l.Spec.AcquireTime = &now
-			}
-			updated, err := cs.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if !grant {
-				renewals++
-				return
-			}
-			grants++
-			key := name + "/" + strconv.Itoa(int(ptr.Deref(updated.Spec.LeaseTransitions, 0)))
-			answered := time.Now()
-			if at, ok := seen[key]; ok {
-				// Status showed the grant before its answer came back: no lag.
-				lags = append(lags, max(at.Sub(answered), 0))
-				delete(seen, key)
-				return
-			}
-			sent[key] = answered
-		})
+		}
+		t.mu.Unlock()
 	}
-	wg.Wait()
-	// Let the backlog drain: wait until every grant showed, or 60 s.
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		mu.Lock()
-		pending := len(sent)
-		mu.Unlock()
+}
+
+// answered records the answer to a Lease write of lock name: a renewal, or,
+// with grant, a grant, whose token updated carries. A grant status showed
+// already counts as no lag; any other waits for status to show it.
+func (t *lagTracker) answered(name string, grant bool, updated *coordinationv1.Lease) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !grant {
+		t.renewals++
+		return
+	}
+	t.grants++
+	key := name + "/" + strconv.Itoa(int(ptr.Deref(updated.Spec.LeaseTransitions, 0)))
+	answered := time.Now()
+	if at, ok := t.seen[key]; ok {
+		// Status showed the grant before its answer came back: no lag.
+		t.lags = append(t.lags, max(at.Sub(answered), 0))
+		delete(t.seen, key)
+		return
+	}
+	t.sent[key] = answered
+}
+
+// waitDrained waits until status showed every grant sent, or for at most
+// limit.
+func (t *lagTracker) waitDrained(limit time.Duration) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		t.mu.Lock()
+		pending := len(t.sent)
+		t.mu.Unlock()
 		if pending == 0 {
 			break
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(lags) == 0 {
-		return lagResult{}, fmt.Errorf("none of %d grants showed in status", len(sent))
+}
+
+// result is what was measured, or an error when no grant showed in status
+// at all. Grants that never showed are reported, not hidden: it reads each
+// such lock in ns to tell one overtaken by a later grant of the same lock
+// before the controller got to it (the status went straight to the later
+// token) from one not in status at all.
+func (t *lagTracker) result(ctx context.Context, c client.Client, ns string) (lagResult, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.lags) == 0 {
+		return lagResult{}, fmt.Errorf("none of %d grants showed in status", len(t.sent))
 	}
-	// Grants that never showed are reported, not hidden: overtaken by a
-	// later grant of the same lock before the controller got to them (the
-	// status went straight to the later token), or not in status at all.
 	overtaken := 0
-	for key := range sent {
+	for key := range t.sent {
 		name, token, _ := strings.Cut(key, "/")
 		var lk locksv1alpha1.DistributedLock
 		want, _ := strconv.ParseInt(token, 10, 64)
@@ -407,8 +415,49 @@ func renewAndMeasureLag(ctx context.Context, c client.WithWatch, cs kubernetes.I
 		}
 	}
 	row := sorted(Row{Name: fmt.Sprintf("%d renewals, %d grants: %d status writes; %d grants not shown: %d overtaken by a later grant, %d missing",
-		renewals, grants, statusWrites, len(sent), overtaken, len(sent)-overtaken), Samples: append([]time.Duration(nil), lags...)})
-	return lagResult{row: row, renewals: renewals, grants: grants, statusWrites: statusWrites}, nil
+		t.renewals, t.grants, t.statusWrites, len(t.sent), overtaken, len(t.sent)-overtaken), Samples: append([]time.Duration(nil), t.lags...)})
+	return lagResult{row: row, renewals: t.renewals, grants: t.grants, statusWrites: t.statusWrites}, nil
+}
+
+// renewAtRate writes, for opts.Duration at opts.RenewalsPerSecond, to the
+// Lease of a random lock among names: every tenth write a grant, the others
+// renewals (see renewOrGrant). It records each answer in t, ignores failed
+// writes, and returns once every write is done.
+func renewAtRate(ctx context.Context, cs kubernetes.Interface, ns string, names []string, opts CostOptions, t *lagTracker) {
+	tick := time.NewTicker(time.Second / time.Duration(max(opts.RenewalsPerSecond, 1)))
+	defer tick.Stop()
+	end := time.Now().Add(opts.Duration)
+	var wg sync.WaitGroup
+	for i := 0; time.Now().Before(end); i++ {
+		<-tick.C
+		name, grant := names[rand.IntN(len(names))], i%10 == 9
+		wg.Go(func() {
+			updated, err := renewOrGrant(ctx, cs, ns, name, i, grant)
+			if err != nil {
+				return
+			}
+			t.answered(name, grant, updated)
+		})
+	}
+	wg.Wait()
+}
+
+// renewOrGrant reads the Lease name and writes it back renewed or, with
+// grant, granted to holder cost-holder-<i> (the next token). It returns the
+// Lease written.
+func renewOrGrant(ctx context.Context, cs kubernetes.Interface, ns, name string, i int, grant bool) (*coordinationv1.Lease, error) {
+	l, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	now := metav1.NewMicroTime(time.Now())
+	l.Spec.RenewTime = &now
+	if grant {
+		l.Spec.HolderIdentity = new(fmt.Sprintf("cost-holder-%d", i))
+		l.Spec.LeaseTransitions = new(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+		l.Spec.AcquireTime = &now
+	}
+	return cs.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
 }
 
 // lagResult is what renewAndMeasureLag measured.

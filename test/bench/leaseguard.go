@@ -26,19 +26,24 @@ func installLeaseGuard(ctx context.Context, env *localrun.Environment, cs kubern
 		return fmt.Errorf("installing the lease guard policy: %w", err)
 	}
 	leases := cs.CoordinationV1().Leases(namespace)
-	// The guard refuses a new holder that comes without a new fencing token
-	// (403, its rule's reason); until it is in force, the probe's writes
-	// land, on a lock nobody uses.
-	attempt := 0
+	// The bench's clients are cluster admins, whom lease-guard's
+	// matchConditions skip; lease-token-guard judges them: it refuses a
+	// lower token (403). The probe's token is raised to 1 first (allowed),
+	// then a dry run of 0 is sent until it is refused, on a lock nobody uses.
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		l, err := leases.Get(ctx, leaseGuardProbe, metav1.GetOptions{})
 		if err != nil {
 			return false, fmt.Errorf("reading the probe's lease: %w", err)
 		}
-		attempt++
-		holder := fmt.Sprintf("probe-%d", attempt)
-		l.Spec.HolderIdentity = &holder
-		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		if l.Spec.LeaseTransitions == nil || *l.Spec.LeaseTransitions < 1 {
+			l.Spec.LeaseTransitions = new(int32(1))
+			if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+				return false, fmt.Errorf("raising the probe's token: %w", err)
+			}
+			return false, nil
+		}
+		l.Spec.LeaseTransitions = new(int32(0))
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 		switch {
 		case apierrors.IsForbidden(err):
 			return true, nil

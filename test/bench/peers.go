@@ -36,25 +36,41 @@ type lockClient interface {
 type frontdeskSystem struct {
 	cs  kubernetes.Interface
 	dyn dynamic.Interface
+	// ns is the locks' namespace (default: the bench's); pool, when set,
+	// gives each new client its clients (a participant's, see guardprice.go)
+	// instead of cs and dyn.
+	ns   string
+	pool func() participant
 }
 
 func (frontdeskSystem) name() string { return "frontdesk" }
 
 func (s frontdeskSystem) newClient(id string) (lockClient, error) {
-	return &frontdeskClient{sys: s, id: id, clients: map[string]*lock.Client{}}, nil
+	c := &frontdeskClient{sys: s, id: id, clients: map[string]*lock.Client{}, cs: s.cs, dyn: s.dyn, ns: s.ns}
+	if s.pool != nil {
+		p := s.pool()
+		c.cs, c.dyn = p.cs, p.dyn
+	}
+	if c.ns == "" {
+		c.ns = namespace
+	}
+	return c, nil
 }
 
 type frontdeskClient struct {
 	sys     frontdeskSystem
 	id      string
 	clients map[string]*lock.Client
+	cs      kubernetes.Interface
+	dyn     dynamic.Interface
+	ns      string
 }
 
 func (c *frontdeskClient) acquire(ctx context.Context, key string) (int64, func(context.Context) error, error) {
 	lc, ok := c.clients[key]
 	if !ok {
 		var err error
-		if lc, err = lock.NewForClients(c.sys.cs, c.sys.dyn, lock.Config{Namespace: namespace, Name: key, Identity: c.id}); err != nil {
+		if lc, err = lock.NewForClients(c.cs, c.dyn, lock.Config{Namespace: c.ns, Name: key, Identity: c.id}); err != nil {
 			return 0, nil, err
 		}
 		c.clients[key] = lc

@@ -30,6 +30,7 @@ import (
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 	"github.com/frontdesk-dev/frontdesk/internal/manager"
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 var (
@@ -52,7 +53,7 @@ type cluster struct {
 	cfg            *rest.Config
 	k8sClient      client.Client
 	clientset      kubernetes.Interface
-	managers       [2]*testutil.Process
+	managers       [2]*harness.Process
 }
 
 // newCluster builds the clients for the kubeconfig and starts the managers.
@@ -132,8 +133,8 @@ func run(m *testing.M) int {
 
 // startManager runs replica i of the real manager binary, with leader
 // election tuned so a standby takes over within a few seconds.
-func (c *cluster) startManager(i int) (*testutil.Process, error) {
-	return testutil.StartProcess(fmt.Sprintf("%s-manager-%d", c.name, i), []string{managerBinary,
+func (c *cluster) startManager(i int) (*harness.Process, error) {
+	return harness.StartProcess(fmt.Sprintf("%s-manager-%d", c.name, i), []string{managerBinary,
 		"--kubeconfig", c.kubeconfigPath, "--leader-elect", "--leader-election-namespace", "default",
 		"--leader-election-id", "frontdesk-chaos", "--leader-election-lease-duration", "4s",
 		"--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "500ms",
@@ -172,10 +173,10 @@ type runState struct {
 	ns      string
 	lock    string
 	ledger  *ledger
-	workers []*testutil.Process
+	workers []*harness.Process
 	specs   []workerSpec
 	proxies []*proxy
-	history *testutil.LeaseHistory
+	history *harness.LeaseHistory
 }
 
 func newNamespace(t *testing.T, c *cluster) string {
@@ -190,7 +191,7 @@ func newNamespace(t *testing.T, c *cluster) string {
 // createLockWithHistory creates the lock name in ns with a lease of ttl
 // seconds, waits for the controller to create its Lease, and starts
 // recording the Lease's history of grants. The caller stops the history.
-func createLockWithHistory(t *testing.T, c *cluster, ns, name string, ttl int32) *testutil.LeaseHistory {
+func createLockWithHistory(t *testing.T, c *cluster, ns, name string, ttl int32) *harness.LeaseHistory {
 	t.Helper()
 	ctx := context.Background()
 	if err := c.k8sClient.Create(ctx, testutil.MakeLock(name, ns).LeaseDuration(ttl).Obj()); err != nil {
@@ -200,7 +201,7 @@ func createLockWithHistory(t *testing.T, c *cluster, ns, name string, ttl int32)
 		_, err := c.clientset.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
 		return err == nil
 	})
-	history, err := testutil.WatchLeaseHistory(ctx, c.clientset, ns, name)
+	history, err := harness.WatchLeaseHistory(ctx, c.clientset, ns, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,19 +1,19 @@
 package chaos
 
-import "github.com/frontdesk-dev/frontdesk/internal/testutil"
+import "github.com/frontdesk-dev/frontdesk/test/internal/harness"
 
-// The TCP fault proxy is testutil.Proxy, shared with the integration suite.
+// The TCP fault proxy is harness.Proxy, shared with the integration suite.
 type (
-	proxy     = testutil.Proxy
-	faultMode = testutil.FaultMode
+	proxy     = harness.Proxy
+	faultMode = harness.FaultMode
 )
 
 const (
-	blackhole = testutil.Blackhole
-	drop      = testutil.Drop
-	delay     = testutil.Delay
+	blackhole = harness.Blackhole
+	drop      = harness.Drop
+	delay     = harness.Delay
 	// delayBy is how long the delay mode holds data back.
-	delayBy = testutil.DelayBy
+	delayBy = harness.DelayBy
 )
 
-func newProxy(targets ...string) (*proxy, error) { return testutil.NewProxy(targets...) }
+func newProxy(targets ...string) (*proxy, error) { return harness.NewProxy(targets...) }

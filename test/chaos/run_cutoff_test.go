@@ -18,7 +18,7 @@ import (
 
 	"github.com/frontdesk-dev/frontdesk/internal/cli"
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
-	"github.com/frontdesk-dev/frontdesk/internal/testutil"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 var (
@@ -260,7 +260,7 @@ func checkRunLedger(t *testing.T, lines []runLedgerLine) {
 
 // checkRunGrants: the Lease granted the lock to run-0, run-1, ... in
 // turn, with increasing tokens.
-func checkRunGrants(t *testing.T, history *testutil.LeaseHistory, plugins int) {
+func checkRunGrants(t *testing.T, history *harness.LeaseHistory, plugins int) {
 	t.Helper()
 	grants := history.Grants()
 	holders := make([]string, 0, len(grants))

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
-	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 // size picks the short (CI) or long (make chaos) count.
@@ -215,7 +215,7 @@ func runScenario(t *testing.T, sc scenario) {
 			sc.tune(t, r, i, &spec)
 		}
 		r.specs = append(r.specs, spec)
-		w, err := testutil.StartProcess(fmt.Sprintf("worker-%d", i), []string{os.Args[0],
+		w, err := harness.StartProcess(fmt.Sprintf("worker-%d", i), []string{os.Args[0],
 			"--kubeconfig", spec.kubeconfig, "--namespace", ns, "--lock", lockName, "--url", r.ledger.srv.URL,
 			"--increments", fmt.Sprint(spec.increments), "--per-grant", fmt.Sprint(sc.perGrant), "--hold", spec.hold.String()},
 			[]string{workerEnv + "=1", "POD_NAME=" + fmt.Sprintf("worker-%d", i)}, os.Stderr)

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 // workerEnv makes the test binary run as a chaos worker process.
@@ -30,7 +30,7 @@ const workerEnv = "FRONTDESK_CHAOS_WORKER"
 //	done
 func runWorker() int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	var wf testutil.WorkerFlags
+	var wf harness.WorkerFlags
 	wf.Register(fs)
 	increments := fs.Int("increments", 10, "increments to get accepted in all")
 	perGrant := fs.Int("per-grant", 3, "increments per grant")

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,46 @@ func (c *kindCluster) kubectl(args ...string) (string, error) {
 	cmd.Dir = c.root
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// servesMutatingPolicies reports whether the cluster serves
+// admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36
+// and later).
+func (c *kindCluster) servesMutatingPolicies() (bool, error) {
+	resources, err := c.cs.Discovery().ServerResourcesForGroupVersion("admissionregistration.k8s.io/v1")
+	if err != nil {
+		return false, fmt.Errorf("discovering admissionregistration.k8s.io/v1: %w", err)
+	}
+	return slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Kind == "MutatingAdmissionPolicy" }), nil
+}
+
+// bundles are the install bundles of dist/ this cluster takes, as paths
+// from the repository root: install.yaml, and install-mutating.yaml where
+// the cluster serves MutatingAdmissionPolicy.
+func (c *kindCluster) bundles() ([]string, error) {
+	bundles := []string{"dist/install.yaml"}
+	mutating, err := c.servesMutatingPolicies()
+	if mutating {
+		bundles = append(bundles, "dist/install-mutating.yaml")
+	}
+	return bundles, err
+}
+
+// applyBundle applies a bundle of dist/ with kubectl apply --server-side,
+// the manager's image replaced with this run's.
+func (c *kindCluster) applyBundle(path string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(c.root, path))
+	if err != nil {
+		return "", err
+	}
+	manifests := string(data)
+	if strings.Contains(manifests, "kind: Deployment\n") {
+		if !strings.Contains(manifests, "image: "+bundleImage+"\n") {
+			return "", fmt.Errorf("%s does not name image %s: run make build-installer", path, bundleImage)
+		}
+		manifests = strings.ReplaceAll(manifests, "image: "+bundleImage+"\n", "image: "+managerImage+"\n        imagePullPolicy: Never\n")
+	}
+	return c.applyString(manifests)
 }
 
 func (c *kindCluster) applyString(manifests string) (string, error) {

@@ -12,12 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
-)
-
-const (
-	fencingLockAnnotation  = "locks.frontdesk.dev/fencing-lock"
-	fencingTokenAnnotation = "locks.frontdesk.dev/fencing-token"
 )
 
 // TestFencingPolicyRefusesStaleWriter: a writer pod in the cluster (its own
@@ -33,6 +29,10 @@ func TestFencingPolicyRefusesStaleWriter(t *testing.T) {
 	g := NewWithT(t)
 	c.stepf("applying config/fencing-policy")
 	c.kubectlOK("apply", "--server-side", "-k", "config/fencing-policy")
+	// Its binding covers every namespace, and refuses ConfigMap writes in
+	// one that has no lock (kube-root-ca.crt too, which pods mount): the
+	// tests after this one get a cluster without it.
+	t.Cleanup(func() { c.kubectlOK("delete", "--ignore-not-found", "-k", "config/fencing-policy") })
 	c.applyFile("fencing.yaml")
 
 	// Two grants, from this process with the client library: the first
@@ -84,11 +84,11 @@ func TestFencingPolicyRefusesStaleWriter(t *testing.T) {
 	g.Expect(err).To(HaveOccurred(), "no ConfigMap was written with the stale token")
 	cm, err := c.cs.CoreV1().ConfigMaps(c.ns).Get(c.ctx, "current", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(cm.Annotations).To(HaveKeyWithValue(fencingTokenAnnotation, strconv.FormatInt(current, 10)))
+	g.Expect(cm.Annotations).To(HaveKeyWithValue(locksv1alpha1.FencingTokenAnnotation, strconv.FormatInt(current, 10)))
 	g.Expect(cm.Data).To(HaveKeyWithValue("writer", "writer"))
 
 	g.Expect(logs).To(MatchRegexp(`lease token lowered: refused: .*may never decrease \(from %d to %d\)`, current, stale))
-	g.Expect(logs).To(MatchRegexp(`lease holder without a new token: refused: .*a new holder \(writer-stale\) must come with a new fencing token`))
+	g.Expect(logs).To(MatchRegexp(`lease holder without a new token: refused: .*DistributedLock fenced is free: take it by raising spec.leaseTransitions from %d to %d and naming a holder in the same write`, current, current+1))
 	lease, err := c.cs.CoordinationV1().Leases(c.ns).Get(c.ctx, "fenced", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lease.Spec.LeaseTransitions).To(HaveValue(BeEquivalentTo(current)), "the Lease keeps the current token")
@@ -99,10 +99,11 @@ func TestFencingPolicyRefusesStaleWriter(t *testing.T) {
 
 func fencedConfigMap(name string, token int64) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-		Name: name,
+		Name:   name,
+		Labels: map[string]string{locksv1alpha1.FencedLabel: "true"},
 		Annotations: map[string]string{
-			fencingLockAnnotation:  "fenced",
-			fencingTokenAnnotation: strconv.FormatInt(token, 10),
+			locksv1alpha1.FencingLockAnnotation:  "fenced",
+			locksv1alpha1.FencingTokenAnnotation: strconv.FormatInt(token, 10),
 		},
 	}}
 }

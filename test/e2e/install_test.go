@@ -15,38 +15,24 @@ import (
 
 // TestInstallBundle checks the install as TestMain made it, with
 // `kubectl apply --server-side -f dist/install.yaml` into the fresh
-// cluster: every object of the bundle is there, the apiserver took up its
-// FlowSchema, and a workload bound to frontdesk-lock-user runs a command
-// under a lock with `kubectl dlock run` from a pod, with fencing token 1,
-// which the lock's status records.
+// cluster, then dist/install-mutating.yaml where the cluster serves
+// MutatingAdmissionPolicy (the kind node image's Kubernetes, 1.37, does):
+// every object of the bundles is there, the
+// apiserver took up the FlowSchema, and a workload bound to
+// frontdesk-lock-user runs a command under a lock with `kubectl dlock run`
+// from a pod, with fencing token 1, which the lock's status records.
 func TestInstallBundle(t *testing.T) {
 	c := start(t, "bundle")
 	g := NewWithT(t)
 
-	c.stepf("every object of dist/install.yaml is in the cluster")
-	bundle := filepath.Join(c.root, "dist", "install.yaml")
-	data, err := os.ReadFile(bundle)
+	bundles, err := c.bundles()
 	g.Expect(err).NotTo(HaveOccurred())
-	var want []string
-	for doc := range strings.SplitSeq(string(data), "\n---\n") {
-		var obj struct {
-			Kind     string `json:"kind"`
-			Metadata struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
-		}
-		g.Expect(utilyaml.Unmarshal([]byte(doc), &obj)).To(Succeed())
-		want = append(want, obj.Kind+"/"+obj.Metadata.Name)
+	for _, b := range bundles {
+		c.stepf("every object of %s is in the cluster", b)
+		want, got := bundleObjects(t, c.root, b), c.objectsOf(b)
+		g.Expect(got).To(ConsistOf(want))
+		c.stepf("%d objects", len(got))
 	}
-	out := c.kubectlOK("get", "-f", bundle, "-o", "custom-columns=KIND:.kind,NAME:.metadata.name", "--no-headers")
-	var got []string
-	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
-		f := strings.Fields(line)
-		g.Expect(f).To(HaveLen(2), line)
-		got = append(got, f[0]+"/"+f[1])
-	}
-	g.Expect(got).To(ConsistOf(want))
-	c.stepf("%d objects", len(got))
 
 	c.stepf("the FlowSchema is in force")
 	g.Eventually(func(g Gomega) {
@@ -66,4 +52,43 @@ func TestInstallBundle(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(l.Status.FencingToken).To(BeEquivalentTo(1))
 	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
+// bundleObjects lists the objects of a bundle of dist/ as Kind/name.
+func bundleObjects(t *testing.T, root, bundle string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, bundle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []string
+	for doc := range strings.SplitSeq(string(data), "\n---\n") {
+		var obj struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := utilyaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("%s: %v", bundle, err)
+		}
+		objs = append(objs, obj.Kind+"/"+obj.Metadata.Name)
+	}
+	return objs
+}
+
+// objectsOf lists the objects of a bundle of dist/ that are in the
+// cluster, as Kind/name.
+func (t *tc) objectsOf(bundle string) []string {
+	t.Helper()
+	out := t.kubectlOK("get", "-f", filepath.Join(t.root, bundle), "-o", "custom-columns=KIND:.kind,NAME:.metadata.name", "--no-headers")
+	var objs []string
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			t.Fatalf("kubectl get -f %s: %q", bundle, line)
+		}
+		objs = append(objs, f[0]+"/"+f[1])
+	}
+	return objs
 }

@@ -80,14 +80,15 @@ func TestMain(m *testing.M) {
 }
 
 // setUp builds the images (cached; cheap when nothing changed), creates the
-// cluster, loads frontdesk's images into it and deploys config/default.
+// cluster, loads frontdesk's images into it and installs the bundles of
+// dist/.
 func setUp(root string) (*kindCluster, error) {
 	logf("building the node image and frontdesk's images (cached under bin/kind)")
 	args := []string{}
 	if nodeImage != "" {
 		args = append(args, nodeImage)
 	}
-	if err := runScript(root, "hack/kind/build-node-image.sh", args...); err != nil {
+	if err := runScript(root, "hack/kind/build-node-image.sh", nil, args...); err != nil {
 		return nil, err
 	}
 	if nodeImage == "" {
@@ -98,7 +99,7 @@ func setUp(root string) (*kindCluster, error) {
 		nodeImage = "frontdesk-kind-node:" + strings.TrimSpace(string(out))
 	}
 	if os.Getenv("FRONTDESK_E2E_MANAGER_IMAGE") == "" {
-		if err := runScript(root, "hack/kind/build-images.sh", managerImage, pluginImage, demoImage); err != nil {
+		if err := runScript(root, "hack/kind/build-images.sh", nil, managerImage, pluginImage, demoImage); err != nil {
 			return nil, err
 		}
 	}
@@ -137,26 +138,23 @@ func setUp(root string) (*kindCluster, error) {
 	}
 
 	logf("loading %s, %s, %s into the nodes", managerImage, pluginImage, demoImage)
-	loader := load.NewCommand(cmd.NewLogger(), cmd.StandardIOStreams())
-	loader.SetArgs([]string{managerImage, pluginImage, demoImage, "--name", clusterName})
-	if err := loader.Execute(); err != nil {
-		return c, fmt.Errorf("loading images into kind: %w", err)
+	if err := loadImages(managerImage, pluginImage, demoImage); err != nil {
+		return c, err
 	}
 
-	// The install bundle is config/default in one file (make verify checks
-	// it is current); only its image is this run's.
-	logf("installing dist/install.yaml (config/default)")
-	bundle, err := os.ReadFile(filepath.Join(root, "dist", "install.yaml"))
+	// The install bundles are config/default in one file, and config/mutating
+	// in another where the cluster serves MutatingAdmissionPolicy (make
+	// verify checks both are current); only the manager's image is this
+	// run's.
+	bundles, err := c.bundles()
 	if err != nil {
 		return c, err
 	}
-	manifests := string(bundle)
-	if !strings.Contains(manifests, "image: "+bundleImage+"\n") {
-		return c, fmt.Errorf("dist/install.yaml does not name image %s: run make build-installer", bundleImage)
-	}
-	manifests = strings.ReplaceAll(manifests, "image: "+bundleImage+"\n", "image: "+managerImage+"\n        imagePullPolicy: Never\n")
-	if out, err := c.applyString(manifests); err != nil {
-		return c, fmt.Errorf("kubectl apply --server-side -f dist/install.yaml: %w\n%s", err, out)
+	for _, b := range bundles {
+		logf("installing %s", b)
+		if out, err := c.applyBundle(b); err != nil {
+			return c, fmt.Errorf("kubectl apply --server-side -f %s: %w\n%s", b, err, out)
+		}
 	}
 	if out, err := c.kubectl("-n", managerNS, "rollout", "status", "deployment/"+managerName, "--timeout=3m"); err != nil {
 		return c, fmt.Errorf("waiting for the manager: %w\n%s", err, out)
@@ -203,9 +201,22 @@ func usePrivilegedShimIfNeeded(root string) error {
 	return os.Setenv("PATH", shim+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
-func runScript(root, script string, args ...string) error {
+// loadImages loads images from the engine into every node of the cluster.
+func loadImages(images ...string) error {
+	loader := load.NewCommand(cmd.NewLogger(), cmd.StandardIOStreams())
+	loader.SetArgs(append(images, "--name", clusterName))
+	if err := loader.Execute(); err != nil {
+		return fmt.Errorf("loading images into kind: %w", err)
+	}
+	return nil
+}
+
+// runScript runs a script of the repository, with env added to the
+// environment ("KEY=value").
+func runScript(root, script string, env []string, args ...string) error {
 	c := exec.Command(filepath.Join(root, script), args...)
 	c.Dir = root
+	c.Env = append(os.Environ(), env...)
 	c.Stdout, c.Stderr = os.Stderr, os.Stderr
 	if err := c.Run(); err != nil {
 		return fmt.Errorf("%s: %w", script, err)

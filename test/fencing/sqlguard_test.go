@@ -72,8 +72,9 @@ func Example_sqlGuard() {
 	_ = guard.EnsureSchema(ctx)
 	_, _ = db.Exec(`CREATE TABLE charges (customer TEXT)`)
 
+	key := fencing.LockKey("payments", "billing") // a holder has it from its grant: g.FencingKey()
 	charge := func(token int64) error {
-		return guard.FenceTx(ctx, "billing", token, func(tx *sql.Tx) error {
+		return guard.FenceTx(ctx, key, token, func(tx *sql.Tx) error {
 			_, err := tx.Exec(`INSERT INTO charges VALUES ('c-1')`)
 			return err
 		})
@@ -82,5 +83,5 @@ func Example_sqlGuard() {
 	fmt.Println(charge(33)) // a holder that paused past its lease
 	// Output:
 	// <nil>
-	// stale fencing token 33 for lock "billing": a holder with token 34 has already written
+	// stale fencing token 33 for lock "payments/billing": a holder with token 34 has already written
 }

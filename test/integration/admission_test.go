@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +19,10 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -34,8 +38,39 @@ import (
 // the token annotation.
 func gatedPod(t *testing.T, ns, name, lockName string) {
 	t.Helper()
+	letPodsUseLocks(t, ns, "default")
 	pod := testutil.MakeGatedPod(name, ns, lockName)
 	NewWithT(t).Expect(k8sClient.Create(context.Background(), pod)).To(Succeed())
+}
+
+// podsMayUseLocks remembers the ServiceAccounts letPodsUseLocks bound.
+var podsMayUseLocks sync.Map
+
+// letPodsUseLocks binds frontdesk-lock-user to ServiceAccount sa of ns (a
+// pod runs holding a lock only if its ServiceAccount may use the lock), and
+// waits until the binding is in effect.
+func letPodsUseLocks(t *testing.T, ns, sa string) {
+	t.Helper()
+	if _, done := podsMayUseLocks.LoadOrStore(ns+"/"+sa, true); done {
+		return
+	}
+	deployDefault(t)
+	ctx := context.Background()
+	g := NewWithT(t)
+	err := k8sClient.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: sa + "-lock-user", Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "frontdesk-lock-user"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}},
+	})
+	g.Expect(err == nil || apierrors.IsAlreadyExists(err)).To(BeTrue(), "binding frontdesk-lock-user to %s/%s: %v", ns, sa, err)
+	as := restConfig()
+	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + sa,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
+	eventually(t, 5*time.Second, func(g Gomega) {
+		can, err := canI(ctx, as, ns, "update", "leases.coordination.k8s.io")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(can).To(BeTrue())
+	})
 }
 
 // expectAdmitted waits until the pod's gate is gone and returns its token
@@ -392,9 +427,11 @@ func TestAdmittedCronJobSampleTemplateIsAdmitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := NewWithT(t)
+	deployDefault(t) // the sample binds ClusterRole frontdesk-lock-user
 	_, err = manifests.CreateFromFiles(context.Background(), k8sClient, ns,
 		filepath.Join(root, "config", "samples", "locks_v1alpha1_admitted_cronjob.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
+	letPodsUseLocks(t, ns, "ledger-job") // the sample's binding, in effect
 	cj := &batchv1.CronJob{}
 	g.Expect(k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "charge-ledger"}, cj)).To(Succeed())
 	tmpl := cj.Spec.JobTemplate.Spec.Template
@@ -442,6 +479,7 @@ func TestAdmissionGatePolicyGatesAnnotatedPods(t *testing.T) {
 		g.Expect(k8sClient.Create(ctx, probe, client.DryRunAll)).To(Succeed())
 		g.Expect(gated(probe)).To(BeTrue(), "the policy did not gate the pod yet")
 	})
+	letPodsUseLocks(t, ns, "default")
 	pod := testutil.MakeGatedPod("job", ns, "billing")
 	pod.Spec.SchedulingGates = nil
 	g.Expect(k8sClient.Create(ctx, pod)).To(Succeed())

@@ -16,6 +16,7 @@ import (
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 // 100 locks, each contended by several clients that grant, renew and take
@@ -60,7 +61,7 @@ func TestManyLocksChurnKeepsTokensMonotonic(t *testing.T) {
 				holder := fmt.Sprintf("%s-holder-%d", name, h)
 				for range grantsPerHolder {
 					time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond) // jitter between attempts
-					if _, err := testutil.Grant(ctx, clientset, ns, name, holder); err != nil {
+					if _, err := harness.Grant(ctx, clientset, ns, name, holder); err != nil {
 						if apierrors.IsConflict(err) {
 							conflicts.Add(1)
 							continue
@@ -69,7 +70,7 @@ func TestManyLocksChurnKeepsTokensMonotonic(t *testing.T) {
 						return
 					}
 					grants[i].Add(1)
-					_ = testutil.Renew(ctx, clientset, ns, name, holder) // may lose to a takeover; fine
+					_ = harness.Renew(ctx, clientset, ns, name, holder) // may lose to a takeover; fine
 				}
 			})
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,13 +36,15 @@ var (
 	deployErr    error
 )
 
-// kubectl runs the kubectl built by hack/ against the test apiserver.
+// kubectl runs the kubectl of the suite's control-plane binaries (built with
+// its kube-apiserver by hack/build-k8s-binaries.sh) against the test
+// apiserver, from the repository root.
 func kubectl(args ...string) (string, error) {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), append([]string{"--kubeconfig", kubeconfigPath}, args...)...)
+	cmd := exec.Command(filepath.Join(assetsDir, "kubectl"), append([]string{"--kubeconfig", kubeconfigPath}, args...)...)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -52,11 +56,16 @@ func kubectl(args ...string) (string, error) {
 // controller's own defences could be seen at work.
 const leaseGuardNamespaceLabel = "test.frontdesk.dev/lease-guard"
 
-// leaseGuardPolicies are the admission policies of config/lease-policy and
-// config/admission-gate, as config/default names them; the suite scopes
-// their bindings to namespaces labelled leaseGuardNamespaceLabel (other
-// tests create pods that name a lock without the admission gate).
-var leaseGuardPolicies = []string{"frontdesk-lease-guard", "frontdesk-lease-principal", "frontdesk-lease-create-guard", "frontdesk-admission-gate"}
+// leaseGuardPolicies are the admission policies of config/lease-policy, as
+// config/default names them, and those of config/mutating (the admission
+// gate, the principal of stock client-go electors' grants), which the suite
+// applies too where the apiserver serves MutatingAdmissionPolicy; the suite
+// scopes their bindings to namespaces labelled leaseGuardNamespaceLabel
+// (other tests create pods that name a lock without the admission gate).
+var leaseGuardPolicies = []string{"frontdesk-lease-guard", "frontdesk-lease-token-guard", "frontdesk-lease-delete-guard", "frontdesk-lease-create-guard"}
+
+// mutatingPolicies are config/mutating's.
+var mutatingPolicies = []string{"frontdesk-admission-gate", "frontdesk-lease-principal"}
 
 // kubectlWithInput runs kubectl with input on its standard input.
 func kubectlWithInput(input string, args ...string) (string, error) {
@@ -64,40 +73,122 @@ func kubectlWithInput(input string, args ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command(filepath.Join(root, "bin", "k8s", "kubectl"), append([]string{"--kubeconfig", kubeconfigPath}, args...)...)
+	cmd := exec.Command(filepath.Join(assetsDir, "kubectl"), append([]string{"--kubeconfig", kubeconfigPath}, args...)...)
 	cmd.Dir = root
 	cmd.Stdin = strings.NewReader(input)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
 
-// deployDefault applies config/default as a user would, except that the
-// Lease guard binding is scoped to namespaces labelled
+// deployDefault applies config/default as a user would, and config/mutating
+// where the apiserver serves MutatingAdmissionPolicy, except that the
+// bindings of their policies are scoped to namespaces labelled
 // leaseGuardNamespaceLabel.
 func deployDefault(t *testing.T) string {
 	t.Helper()
 	deployOnce.Do(func() {
-		var built string
-		if built, deployErr = kubectl("kustomize", "config/default"); deployErr != nil {
-			deployOutput = built
+		deployOutput, deployErr = applyScoped("config/default", leaseGuardPolicies)
+		if deployErr != nil || !servesMutatingPolicies() {
 			return
 		}
-		scoped := built
-		for _, policy := range leaseGuardPolicies {
-			line := "  policyName: " + policy + "\n"
-			if !strings.Contains(scoped, line) {
-				deployErr = fmt.Errorf("the %s binding was not found in config/default", policy)
-				return
-			}
-			scoped = strings.Replace(scoped, line, line+"  matchResources:\n    namespaceSelector:\n      matchLabels:\n        "+
-				leaseGuardNamespaceLabel+": \"on\"\n", 1)
-		}
-		deployOutput, deployErr = kubectlWithInput(scoped, "apply", "--server-side", "--force-conflicts", "-f", "-")
+		var out string
+		out, deployErr = applyScoped("config/mutating", mutatingPolicies)
+		deployOutput += out
 	})
 	if deployErr != nil {
 		t.Fatalf("kubectl apply --server-side -k config/default: %v\n%s", deployErr, deployOutput)
 	}
 	return deployOutput
+}
+
+// applyScoped applies the kustomization dir with the bindings of policies
+// scoped to namespaces labelled leaseGuardNamespaceLabel.
+func applyScoped(dir string, policies []string) (string, error) {
+	built, err := kubectl("kustomize", dir)
+	if err != nil {
+		return built, err
+	}
+	scoped := built
+	for _, policy := range policies {
+		line := "  policyName: " + policy + "\n"
+		if !strings.Contains(scoped, line) {
+			return "", fmt.Errorf("the %s binding was not found in %s", policy, dir)
+		}
+		scoped = strings.Replace(scoped, line, line+"  matchResources:\n    namespaceSelector:\n      matchLabels:\n        "+
+			leaseGuardNamespaceLabel+": \"on\"\n", 1)
+	}
+	return kubectlWithInput(scoped, "apply", "--server-side", "--force-conflicts", "-f", "-")
+}
+
+// guardAloneNamespaceLabel selects the namespaces that a second binding
+// of each of config/default's Lease policies applies to, and no mutating
+// policy: there the validating guard alone decides, as on clusters
+// without config/mutating (which rewrites the principal of a grant where
+// the guard would refuse it).
+const guardAloneNamespaceLabel = "test.frontdesk.dev/lease-guard-alone"
+
+var (
+	guardAloneOnce sync.Once
+	guardAloneErr  error
+)
+
+// guardAloneNamespace is a namespace the Lease policies of config/default
+// guard, without config/mutating's.
+func guardAloneNamespace(t *testing.T) string {
+	t.Helper()
+	deployDefault(t)
+	guardAloneOnce.Do(func() { guardAloneErr = bindGuardAlone() })
+	if guardAloneErr != nil {
+		t.Fatalf("binding the Lease policies to namespaces labelled %s: %v", guardAloneNamespaceLabel, guardAloneErr)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "guarded-alone-", Labels: map[string]string{guardAloneNamespaceLabel: "on"}}}
+	if err := k8sClient.Create(context.Background(), ns); err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	return ns.Name
+}
+
+// bindGuardAlone applies a second binding of each Lease policy of
+// config/default (named <binding>-alone), scoped to namespaces labelled
+// guardAloneNamespaceLabel.
+func bindGuardAlone() error {
+	built, err := kubectl("kustomize", "config/default")
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, built)
+	}
+	var bindings []string
+	for doc := range strings.SplitSeq(built, "\n---\n") {
+		if !strings.Contains(doc, "kind: ValidatingAdmissionPolicyBinding\n") {
+			continue
+		}
+		for _, policy := range leaseGuardPolicies {
+			line := "  policyName: " + policy + "\n"
+			if !strings.Contains(doc, line) {
+				continue
+			}
+			doc = strings.Replace(doc, "  name: "+policy+"\n", "  name: "+policy+"-alone\n", 1)
+			bindings = append(bindings, strings.Replace(doc, line, line+"  matchResources:\n    namespaceSelector:\n      matchLabels:\n        "+
+				guardAloneNamespaceLabel+": \"on\"\n", 1))
+		}
+	}
+	if len(bindings) != len(leaseGuardPolicies) {
+		return fmt.Errorf("found %d of the %d bindings of %v in config/default", len(bindings), len(leaseGuardPolicies), leaseGuardPolicies)
+	}
+	out, err := kubectlWithInput(strings.Join(bindings, "\n---\n"), "apply", "--server-side", "--force-conflicts", "-f", "-")
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, out)
+	}
+	return nil
+}
+
+// servesMutatingPolicies reports whether the apiserver serves
+// admissionregistration.k8s.io/v1 MutatingAdmissionPolicy.
+func servesMutatingPolicies() bool {
+	resources, err := clientset.Discovery().ServerResourcesForGroupVersion("admissionregistration.k8s.io/v1")
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Kind == "MutatingAdmissionPolicy" })
 }
 
 func TestConfigDefaultIsAccepted(t *testing.T) {
@@ -135,6 +226,30 @@ func TestConfigDefaultIsAccepted(t *testing.T) {
 	g.Expect(c.ReadinessProbe).NotTo(BeNil())
 }
 
+// TestInstallBundlesApply applies the install bundles of dist/ as the
+// README says, server-side, as a dry run (the apiserver validates and
+// admits every object, and the suite's own install, with its scoped
+// bindings, stays): install.yaml on every Kubernetes the suite runs
+// against, install-mutating.yaml where the apiserver serves
+// MutatingAdmissionPolicy. Where it does not (1.33), the mutating bundle
+// is refused for want of its kind, which is why it is a bundle of its own.
+func TestInstallBundlesApply(t *testing.T) {
+	deployDefault(t) // the namespace exists: a dry run creates nothing
+	g := NewWithT(t)
+	out, err := kubectl("apply", "--server-side", "--dry-run=server", "-f", "dist/install.yaml")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(ContainSubstring("deployment.apps/frontdesk-controller-manager serverside-applied (server dry run)"))
+	g.Expect(out).To(ContainSubstring("validatingadmissionpolicy.admissionregistration.k8s.io/frontdesk-lease-guard serverside-applied (server dry run)"))
+	out, err = kubectl("apply", "--server-side", "--dry-run=server", "-f", "dist/install-mutating.yaml")
+	if servesMutatingPolicies() {
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(out).To(ContainSubstring("mutatingadmissionpolicy.admissionregistration.k8s.io/frontdesk-admission-gate serverside-applied (server dry run)"))
+		return
+	}
+	g.Expect(err).To(HaveOccurred(), out)
+	g.Expect(out).To(ContainSubstring(`no matches for kind "MutatingAdmissionPolicy"`))
+}
+
 // The manager's ServiceAccount can do what the controller needs, and no more.
 func TestManagerRBACIsLeastPrivilege(t *testing.T) {
 	deployDefault(t)
@@ -161,7 +276,7 @@ func TestManagerRBACIsLeastPrivilege(t *testing.T) {
 		{[]string{"delete", "distributedlocks.locks.frontdesk.dev", "-n", "default"}, "no"},
 		{[]string{"patch", "leases.coordination.k8s.io", "-n", "default"}, "yes"}, // the lapse mark, the passed places
 		{[]string{"create", "pods", "-n", "default"}, "no"},
-		{[]string{"delete", "pods", "-n", "default"}, "no"},
+		{[]string{"delete", "pods", "-n", "default"}, "yes"}, // an admitted pod that did not start (spec.podStartTimeoutSeconds)
 		{[]string{"update", "pods", "--subresource=status", "-n", "default"}, "no"},
 		{[]string{"get", "secrets", "-n", "default"}, "no"},
 		{[]string{"list", "configmaps", "-n", "default"}, "no"},
@@ -222,4 +337,38 @@ func TestLockUserRoleIsEnoughAndNoMore(t *testing.T) {
 	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "alice must not delete Leases: %v", err)
 	_, err = acs.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "forged"}}, metav1.CreateOptions{})
 	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "alice must not create Leases: %v", err)
+	_, err = acs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "alice must not list the namespace's events: %v", err)
+}
+
+// frontdesk-lock-admin writes nothing by itself: bound cluster-wide (what
+// its docs advise against), it grants no update of a Lease anywhere, the
+// nodes' heartbeats in kube-node-lease and kube-system's leader elections
+// included; it adds the verbs break and prioritize, and the events.
+func TestLockAdminRoleBoundClusterWideWritesNoLease(t *testing.T) {
+	deployDefault(t)
+	ctx := context.Background()
+	g := NewWithT(t)
+	g.Expect(k8sClient.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "oncall-everywhere"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "frontdesk-lock-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: "User", Name: "oncall-everywhere"}},
+	})).To(Succeed())
+	oncall := rest.CopyConfig(cfg)
+	oncall.Impersonate = rest.ImpersonationConfig{UserName: "oncall-everywhere"}
+	eventually(t, 5*time.Second, func(g Gomega) { // RBAC caches catch up with the new binding
+		can, err := canI(ctx, oncall, "kube-system", "break", "distributedlocks.locks.frontdesk.dev")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(can).To(BeTrue())
+	})
+	for _, ns := range []string{"kube-node-lease", "kube-system", "default"} {
+		for _, verb := range []string{"update", "patch", "delete", "create"} {
+			can, err := canI(ctx, oncall, ns, verb, "leases.coordination.k8s.io")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(can).To(BeFalse(), "a cluster-wide lock-admin may %s leases in %s", verb, ns)
+		}
+		can, err := canI(ctx, oncall, ns, "prioritize", "distributedlocks.locks.frontdesk.dev")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(can).To(BeTrue())
+	}
 }

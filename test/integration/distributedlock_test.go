@@ -16,6 +16,7 @@ import (
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/controllers"
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 func TestLockCreatesOwnedLease(t *testing.T) {
@@ -52,7 +53,7 @@ func TestGrantShowsInStatusWithinASecond(t *testing.T) {
 	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
 	ctx := context.Background()
 
-	token, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-a")
+	token, err := harness.Grant(ctx, clientset, ns, "billing", "worker-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,14 +76,14 @@ func TestExpiryEndsTheGrantAndTheNextGetsAHigherToken(t *testing.T) {
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
 	ctx := context.Background()
 
-	first, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-a")
+	first, err := harness.Grant(ctx, clientset, ns, "billing", "worker-a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Renew twice, then stop: a holder that froze.
 	for range 2 {
 		time.Sleep(500 * time.Millisecond) // the holder's renew interval, not an assertion
-		if err := testutil.Renew(ctx, clientset, ns, "billing", "worker-a"); err != nil {
+		if err := harness.Renew(ctx, clientset, ns, "billing", "worker-a"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -97,7 +98,7 @@ func TestExpiryEndsTheGrantAndTheNextGetsAHigherToken(t *testing.T) {
 		g.Expect(eventReasons(g, ns, "billing")).To(ContainElement(controllers.EventExpired))
 	})
 
-	second, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-b")
+	second, err := harness.Grant(ctx, clientset, ns, "billing", "worker-b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func TestExpiryEndsTheGrantAndTheNextGetsAHigherToken(t *testing.T) {
 		g.Expect(acquired).To(HaveLen(2), "worker-b's grant of the free lock is an acquire, not a takeover")
 	})
 
-	if err := testutil.Release(ctx, clientset, ns, "billing", "worker-b"); err != nil {
+	if err := harness.Release(ctx, clientset, ns, "billing", "worker-b"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Second, func(g Gomega) {
@@ -134,7 +135,7 @@ func TestRenewalsWriteNoStatusButKeepTheGrantLive(t *testing.T) {
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
 	ctx := context.Background()
 	g := NewWithT(t)
-	if _, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-a"); err != nil {
+	if _, err := harness.Grant(ctx, clientset, ns, "billing", "worker-a"); err != nil {
 		t.Fatal(err)
 	}
 	// Wait for the grant in status, renewing meanwhile (every 400 ms, as a
@@ -143,7 +144,7 @@ func TestRenewalsWriteNoStatusButKeepTheGrantLive(t *testing.T) {
 	var lastRenewal time.Time
 	renew := func(g Gomega) {
 		lastRenewal = time.Now() // the controller sees the renewal after it is sent
-		g.Expect(testutil.Renew(ctx, clientset, ns, "billing", "worker-a")).To(Succeed())
+		g.Expect(harness.Renew(ctx, clientset, ns, "billing", "worker-a")).To(Succeed())
 	}
 	NewWithT(t).Eventually(func(g Gomega) {
 		renew(g)
@@ -184,7 +185,7 @@ func TestLeaseRecreatedContinuesFromHighestToken(t *testing.T) {
 	var token int32
 	for i := range 7 {
 		var err error
-		if token, err = testutil.Grant(ctx, clientset, ns, "billing", "worker-"+string(rune('a'+i))); err != nil {
+		if token, err = harness.Grant(ctx, clientset, ns, "billing", "worker-"+string(rune('a'+i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -211,7 +212,7 @@ func TestLeaseRecreatedContinuesFromHighestToken(t *testing.T) {
 		g.Expect(lease.Spec.HolderIdentity).To(BeNil())
 		g.Expect(getLock(g, ns, "billing").Status.FencingToken).To(BeNumerically(">=", 7))
 	})
-	next, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-next")
+	next, err := harness.Grant(ctx, clientset, ns, "billing", "worker-next")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(next).To(BeEquivalentTo(8))
 	eventually(t, 2*time.Second, func(g Gomega) {
@@ -237,7 +238,7 @@ func TestGrantThenDeleteNeverReusesToken(t *testing.T) {
 		// The controller may write the recreated Lease meanwhile (the
 		// lapse mark of the previous round's grant): read again then.
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() (err error) {
-			token, err = testutil.Grant(ctx, clientset, ns, "billing", "racer")
+			token, err = harness.Grant(ctx, clientset, ns, "billing", "racer")
 			return err
 		})
 		g.Expect(err).NotTo(HaveOccurred())
@@ -261,7 +262,7 @@ func TestLeaseBehindTheFloorIsRaisedAndStaleGrantVoided(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
 	for range 5 {
-		_, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-a")
+		_, err := harness.Grant(ctx, clientset, ns, "billing", "worker-a")
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	eventually(t, 2*time.Second, func(g Gomega) {
@@ -284,7 +285,7 @@ func TestLeaseBehindTheFloorIsRaisedAndStaleGrantVoided(t *testing.T) {
 		g.Expect(lock.Status.FencingToken).To(BeEquivalentTo(5))
 		g.Expect(eventReasons(g, ns, "billing")).To(ContainElement(controllers.EventTokenFloorRestored))
 	})
-	next, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-b")
+	next, err := harness.Grant(ctx, clientset, ns, "billing", "worker-b")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(next).To(BeEquivalentTo(6))
 }

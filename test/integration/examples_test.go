@@ -3,12 +3,14 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,17 +20,41 @@ import (
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 )
 
-// startLedger builds and starts examples/shell/ledger on a free port and
-// returns its URL.
-func startLedger(t *testing.T, root, lockName string) string {
+var (
+	examplesOnce sync.Once
+	examplesDir  string
+	examplesErr  error
+)
+
+// examplePrograms builds the Go programs of examples/ once, with that
+// module's own requirements as a user's copy has them, and returns the
+// directory that holds them (sql-worker, fenced-leader, ledger).
+func examplePrograms(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "ledger")
-	build := exec.Command("go", "build", "-o", bin, "./examples/shell/ledger")
-	build.Dir = root // with the root module's dependencies
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the ledger: %v\n%s", err, out)
+	examplesOnce.Do(func() {
+		root, err := controlplane.RepoRoot()
+		if err != nil {
+			examplesErr = err
+			return
+		}
+		examplesDir = filepath.Join(filepath.Dir(kubeconfigPath), "examples")
+		build := exec.Command("go", "build", "-o", examplesDir+string(filepath.Separator), "./sql-worker", "./fenced-leader", "./shell/ledger")
+		build.Dir = filepath.Join(root, "examples") // the examples' own module
+		if out, err := build.CombinedOutput(); err != nil {
+			examplesErr = fmt.Errorf("%w\n%s", err, out)
+		}
+	})
+	if examplesErr != nil {
+		t.Fatalf("building examples/: %v", examplesErr)
 	}
-	cmd := exec.Command(bin, "--addr", "127.0.0.1:0", "--lock", lockName)
+	return examplesDir
+}
+
+// startLedger starts examples/shell/ledger on a free port and returns its
+// URL.
+func startLedger(t *testing.T, lockName string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(examplePrograms(t), "ledger"), "--addr", "127.0.0.1:0", "--lock", lockName)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -66,7 +92,7 @@ func TestShellExampleWritesThroughTheFencedLedger(t *testing.T) {
 	ns := newNamespace(t)
 	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
 	g := NewWithT(t)
-	url := startLedger(t, root, "billing")
+	url := startLedger(t, "billing")
 
 	r := runPlugin(t, ns, "run", "billing", "--", script, url, "customer-1", "100")
 	g.Expect(r.code).To(Equal(0), r.stderr)

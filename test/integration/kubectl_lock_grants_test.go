@@ -90,7 +90,14 @@ func TestKubectlLockRunHandOffOnShortLeasesKeepsTheNewHolder(t *testing.T) {
 				log := filepath.Join(dir, name+".log")
 				wg.Go(func() {
 					a, aErr := startRun(t, ns, name, "A", log, time.Second)
-					time.Sleep(300 * time.Millisecond) // B arrives while A holds, as in the report
+					// B arrives while A holds, 0.3 s into its grant, as in
+					// the report (after A's command started: a process that
+					// starts slowly under the hog must not find B first).
+					started := time.Now()
+					for !strings.Contains(strings.Join(readLines(t, log), "\n"), "start") && time.Since(started) < 10*time.Second {
+						time.Sleep(20 * time.Millisecond)
+					}
+					time.Sleep(300 * time.Millisecond)
 					b, bErr := startRun(t, ns, name, "B", log, time.Duration(tc.lease)*time.Second*5/6, "--wait", "20s")
 					for _, r := range []struct {
 						who    string

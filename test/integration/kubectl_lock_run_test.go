@@ -24,6 +24,7 @@ import (
 
 	"github.com/frontdesk-dev/frontdesk/internal/cli"
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 // appendLine appends line to the file at path with one O_APPEND write, so
@@ -186,7 +187,7 @@ func TestKubectlLockRunCutOffKillsCommandBeforeNextHolder(t *testing.T) {
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(3).Obj())
 	g := NewWithT(t)
 	dir := t.TempDir()
-	proxy, proxied, err := testutil.ProxiedKubeconfig(kubeconfigPath, dir, "old")
+	proxy, proxied, err := harness.ProxiedKubeconfig(kubeconfigPath, dir, "old")
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(proxy.Close)
 	ledger := filepath.Join(dir, "ledger")
@@ -200,7 +201,7 @@ func TestKubectlLockRunCutOffKillsCommandBeforeNextHolder(t *testing.T) {
 	eventually(t, 10*time.Second, func(g Gomega) { g.Expect(readLedger(g, ledger)).NotTo(BeEmpty()) })
 
 	appendLine(ledger, fmt.Sprintf("cut 0 %d", time.Now().UnixNano()))
-	proxy.Fail(testutil.Blackhole)
+	proxy.Fail(harness.Blackhole)
 	next := runPlugin(t, ns, "run", "billing", "--identity", "next", "--wait", "30s", "--",
 		"sh", "-c", `echo "new $FENCING_TOKEN $(date +%s%N)" >> "$0"`, ledger)
 	g.Expect(next.code).To(Equal(0), next.stderr)

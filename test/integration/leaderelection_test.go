@@ -154,7 +154,7 @@ func TestLeaderElectionFencesAFrozenControllerRuntimeLeader(t *testing.T) {
 	final := &corev1.ConfigMap{}
 	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: cmName}, final)).To(Succeed())
 	g.Expect(final.Data["writer"]).To(Equal("op-b"))
-	g.Expect(final.Annotations[fencingTokenAnnotation]).To(Equal(strconv.FormatInt(tokenB, 10)))
+	g.Expect(final.Annotations[locksv1alpha1.FencingTokenAnnotation]).To(Equal(strconv.FormatInt(tokenB, 10)))
 	t.Logf("takeover %s after SIGSTOP (lease %s, renew deadline %s, retry %s); tokens %d -> %d; "+
 		"old leader after SIGCONT: Term ended in %s, client-go stopped leading in %s, %d write(s) refused, exited in %s",
 		takeover.Round(time.Millisecond), workerLeaseDuration, workerRenewDeadline, workerRetryPeriod, tokenA, tokenB,

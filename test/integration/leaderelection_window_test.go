@@ -22,6 +22,7 @@ import (
 
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/leaderelection"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 // Election timings of the window tests: each of the leader's requests is
@@ -54,7 +55,7 @@ func runElector(t *testing.T, lk resourcelock.Interface, retry time.Duration) {
 
 // startTappedLeader runs a client-go elector through pkg/leaderelection
 // whose requests go through tap, and waits for its Term.
-func startTappedLeader(t *testing.T, ns, lease string, tap *testutil.Tap) *leaderelection.Term {
+func startTappedLeader(t *testing.T, ns, lease string, tap *harness.Tap) *leaderelection.Term {
 	t.Helper()
 	rc := restConfig()
 	rc.ContentType = "application/json" // so the test can read the records it sends
@@ -86,21 +87,21 @@ type takeover struct {
 // that records, as it sends its first write (the takeover: a candidate
 // writes only to take over), whether term was still live.
 type watchedCandidate struct {
-	tap  *testutil.Tap
+	tap  *harness.Tap
 	once sync.Once
 	seen chan takeover
 }
 
 func startWatchedCandidate(t *testing.T, ns, lease string, term *leaderelection.Term) *watchedCandidate {
 	t.Helper()
-	c := &watchedCandidate{tap: testutil.NewTap(), seen: make(chan takeover, 1)}
-	c.tap.Decide(func(r *testutil.Request) testutil.Action {
+	c := &watchedCandidate{tap: harness.NewTap(), seen: make(chan takeover, 1)}
+	c.tap.Decide(func(r *harness.Request) harness.Action {
 		if r.Method == http.MethodPut {
 			c.once.Do(func() {
 				c.seen <- takeover{sent: time.Now(), termLive: term.Context().Err() == nil, validUntil: term.ValidUntil()}
 			})
 		}
-		return testutil.Action{}
+		return harness.Action{}
 	})
 	rc := restConfig()
 	rc.WrapTransport = c.tap.Wrap
@@ -112,7 +113,7 @@ func startWatchedCandidate(t *testing.T, ns, lease string, term *leaderelection.
 
 // reads is how many times the candidate has read the Lease.
 func (c *watchedCandidate) reads() int {
-	return len(slices.DeleteFunc(c.tap.Requests(), func(r testutil.Request) bool { return r.Method != http.MethodGet }))
+	return len(slices.DeleteFunc(c.tap.Requests(), func(r harness.Request) bool { return r.Method != http.MethodGet }))
 }
 
 // expectNoOverlap waits for the candidate's takeover and checks that the
@@ -136,7 +137,7 @@ func (c *watchedCandidate) expectNoOverlap(t *testing.T, cutAt time.Time) {
 }
 
 // leaseRecord is the Lease a request carried.
-func leaseRecord(t *testing.T, r testutil.Request) *coordinationv1.Lease {
+func leaseRecord(t *testing.T, r harness.Request) *coordinationv1.Lease {
 	t.Helper()
 	var l coordinationv1.Lease
 	if err := json.Unmarshal(r.Body, &l); err != nil {
@@ -156,7 +157,7 @@ func TestLeaderElectionTermEndsBeforeACandidateTakesOverAfterALostAnswer(t *test
 	ns := newNamespace(t)
 	const lease = "window-lost"
 	createReadyLock(t, testutil.MakeLock(lease, ns).LeaseDuration(int32(windowLease/time.Second)).Obj())
-	tap := testutil.NewTap()
+	tap := harness.NewTap()
 	term := startTappedLeader(t, ns, lease, tap)
 	cand := startWatchedCandidate(t, ns, lease, term)
 	eventually(t, 5*time.Second, func(g Gomega) { g.Expect(cand.reads()).To(BeNumerically(">=", 3)) })
@@ -165,26 +166,26 @@ func TestLeaderElectionTermEndsBeforeACandidateTakesOverAfterALostAnswer(t *test
 	// nothing more gets through.
 	var puts atomic.Int32
 	var cutAt atomic.Pointer[time.Time]
-	tap.Decide(func(r *testutil.Request) testutil.Action {
+	tap.Decide(func(r *harness.Request) harness.Action {
 		if cutAt.Load() != nil {
-			return testutil.Action{CutOff: true}
+			return harness.Action{CutOff: true}
 		}
 		if r.Method != http.MethodPut {
-			return testutil.Action{}
+			return harness.Action{}
 		}
 		switch puts.Add(1) {
 		case 1:
-			return testutil.Action{LoseAnswer: true}
+			return harness.Action{LoseAnswer: true}
 		default:
 			now := time.Now()
 			cutAt.Store(&now) // from the next request on
-			return testutil.Action{}
+			return harness.Action{}
 		}
 	})
 	cand.expectNoOverlap(t, waitForCut(t, &cutAt))
 
-	writes := slices.DeleteFunc(tap.Requests(), func(r testutil.Request) bool { return r.Method != http.MethodPut })
-	lost := slices.IndexFunc(writes, func(r testutil.Request) bool { return r.Status == 0 })
+	writes := slices.DeleteFunc(tap.Requests(), func(r harness.Request) bool { return r.Method != http.MethodPut })
+	lost := slices.IndexFunc(writes, func(r harness.Request) bool { return r.Status == 0 })
 	if lost < 0 || lost+1 >= len(writes) || writes[lost+1].Status != http.StatusOK {
 		t.Fatalf("expected a write whose answer was lost, then an answered resend; writes: %+v", writes)
 	}
@@ -218,22 +219,22 @@ func TestLeaderElectionTermEndsBeforeACandidateTakesOverAfterSameSecondRenewals(
 	ns := newNamespace(t)
 	const lease = "window-second"
 	createReadyLock(t, testutil.MakeLock(lease, ns).LeaseDuration(int32(windowLease/time.Second)).Obj())
-	tap := testutil.NewTap()
+	tap := harness.NewTap()
 	term := startTappedLeader(t, ns, lease, tap)
 	cand := startWatchedCandidate(t, ns, lease, term)
 	eventually(t, 5*time.Second, func(g Gomega) { g.Expect(cand.reads()).To(BeNumerically(">=", 3)) })
 
 	var cutAt atomic.Pointer[time.Time]
-	tap.Decide(func(r *testutil.Request) testutil.Action {
+	tap.Decide(func(r *harness.Request) harness.Action {
 		if cutAt.Load() != nil {
-			return testutil.Action{CutOff: true}
+			return harness.Action{CutOff: true}
 		}
 		if r.Method == http.MethodPut && lastRenewalLateInItsSecond(tap.Requests(), 550*time.Millisecond) {
 			now := time.Now()
 			cutAt.Store(&now)
-			return testutil.Action{CutOff: true}
+			return harness.Action{CutOff: true}
 		}
-		return testutil.Action{}
+		return harness.Action{}
 	})
 	cand.expectNoOverlap(t, waitForCut(t, &cutAt))
 }
@@ -241,14 +242,14 @@ func TestLeaderElectionTermEndsBeforeACandidateTakesOverAfterSameSecondRenewals(
 // lastRenewalLateInItsSecond reports whether the last answered write
 // carried a renewTime in the same second as an answered write sent at
 // least late earlier.
-func lastRenewalLateInItsSecond(reqs []testutil.Request, late time.Duration) bool {
-	ok := slices.DeleteFunc(reqs, func(r testutil.Request) bool { return r.Method != http.MethodPut || r.Status != http.StatusOK })
+func lastRenewalLateInItsSecond(reqs []harness.Request, late time.Duration) bool {
+	ok := slices.DeleteFunc(reqs, func(r harness.Request) bool { return r.Method != http.MethodPut || r.Status != http.StatusOK })
 	if len(ok) < 2 {
 		return false
 	}
 	last := ok[len(ok)-1]
 	second, known := renewSecondOf(last)
-	return known && slices.ContainsFunc(ok[:len(ok)-1], func(r testutil.Request) bool {
+	return known && slices.ContainsFunc(ok[:len(ok)-1], func(r harness.Request) bool {
 		s, known := renewSecondOf(r)
 		return known && s == second && last.Sent.Sub(r.Sent) >= late
 	})
@@ -256,7 +257,7 @@ func lastRenewalLateInItsSecond(reqs []testutil.Request, late time.Duration) boo
 
 // renewSecondOf is the wall-clock second of the renewTime a Lease write
 // carried.
-func renewSecondOf(r testutil.Request) (int64, bool) {
+func renewSecondOf(r harness.Request) (int64, bool) {
 	var l coordinationv1.Lease
 	if err := json.Unmarshal(r.Body, &l); err != nil || l.Spec.RenewTime == nil {
 		return 0, false

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/leaderelection"
 )
 
@@ -107,8 +108,8 @@ func runLeaderWorker() int {
 	)
 	write := func(token int64, seq int) {
 		patch, err := json.Marshal(map[string]any{
-			"metadata": map[string]any{"annotations": map[string]string{
-				fencingLockAnnotation: *leaseName, fencingTokenAnnotation: strconv.FormatInt(token, 10)}},
+			"metadata": map[string]any{"labels": fencedLabels, "annotations": map[string]string{
+				locksv1alpha1.FencingLockAnnotation: *leaseName, locksv1alpha1.FencingTokenAnnotation: strconv.FormatInt(token, 10)}},
 			"data": map[string]string{"writer": *identity, "token": strconv.FormatInt(token, 10), "seq": strconv.Itoa(seq)},
 		})
 		if err == nil {

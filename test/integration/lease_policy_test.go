@@ -10,15 +10,19 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
+	fencedelection "github.com/frontdesk-dev/frontdesk/pkg/leaderelection"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 // guardedNamespace is a namespace the shipped Lease guard policy applies to.
@@ -79,21 +83,21 @@ func TestLeaseGuardRefusesWritesThatBreakFencing(t *testing.T) {
 				now := metav1.NewMicroTime(time.Now())
 				l.Spec.HolderIdentity, l.Spec.AcquireTime, l.Spec.RenewTime = new("rogue"), &now, &now
 			},
-			"a new holder (rogue) must come with a new fencing token: raise spec.leaseTransitions from 1 to 2 in the same write"},
+			"DistributedLock billing is free: take it by raising spec.leaseTransitions from 1 to 2 and naming a holder in the same write"},
 		{"the token finalizer stripped", false,
 			func(l *coordinationv1.Lease) { l.Finalizers = nil },
-			"only the frontdesk manager may change what ties Lease billing to DistributedLock billing"},
+			"only the frontdesk manager changes what ties Lease billing to DistributedLock billing"},
 		{"the lock-uid annotation removed", false,
 			func(l *coordinationv1.Lease) { delete(l.Annotations, locksv1alpha1.LockUIDAnnotation) },
-			"only the frontdesk manager may change"},
+			"only the frontdesk manager changes"},
 		{"an owner reference added", false,
 			func(l *coordinationv1.Lease) {
 				l.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "mine", UID: "0c0c0c0c-0000-4000-8000-000000000000"}}
 			},
-			"only the frontdesk manager may change"},
+			"only the frontdesk manager changes"},
 		{"the lock label changed", false,
 			func(l *coordinationv1.Lease) { l.Labels[locksv1alpha1.LockNameLabel] = "other" },
-			"only the frontdesk manager may change"},
+			"only the frontdesk manager changes"},
 		{"a candidates grant forged", false,
 			func(l *coordinationv1.Lease) {
 				if l.Annotations == nil {
@@ -101,7 +105,7 @@ func TestLeaseGuardRefusesWritesThatBreakFencing(t *testing.T) {
 				}
 				l.Annotations[locksv1alpha1.CandidateGrantAnnotation] = "mallory-1"
 			},
-			"only the frontdesk manager may change"},
+			"only the frontdesk manager changes"},
 	}
 	for _, tc := range refused {
 		l := getLease(g, ns, "billing")
@@ -147,7 +151,12 @@ func TestLeaseGuardAllowsLocksAndClientGoLeaderElection(t *testing.T) {
 		g.Expect(getLease(g, ns, "billing").Spec.RenewTime.Time.After(first.Time)).To(BeTrue(), "renewals land")
 	})
 	g.Expect(gr.Release(ctx)).To(Succeed())
-	res, err := c.Break(ctx)
+	// A break needs the verb, even of a free lock (it burns a token).
+	_, err = c.Break(ctx)
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a lock user breaks a free lock: %v", err)
+	admin, err := lock.New(lockAdminConfig(t, ns, "oncall"), lock.Config{Namespace: ns, Name: "billing", Identity: "oncall"})
+	g.Expect(err).NotTo(HaveOccurred())
+	res, err := admin.Break(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Token).To(Equal(gr.Token() + 1))
 
@@ -156,12 +165,22 @@ func TestLeaseGuardAllowsLocksAndClientGoLeaderElection(t *testing.T) {
 	var wg sync.WaitGroup
 	elect := func(ctx context.Context, id string) {
 		defer wg.Done()
+		// client-go's own LeaseLock where config/mutating binds its grants
+		// to its principal, else pkg/leaderelection's Lock, which does.
+		var lk resourcelock.Interface = &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: "billing"},
+			Client:     kubernetes.NewForConfigOrDie(user).CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+		}
+		if !servesMutatingPolicies() {
+			var err error
+			if lk, err = fencedelection.NewForConfig(user, fencedelection.Config{Namespace: ns, Name: "billing", Identity: id}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock: &resourcelock.LeaseLock{
-				LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: "billing"},
-				Client:     kubernetes.NewForConfigOrDie(user).CoordinationV1(),
-				LockConfig: resourcelock.ResourceLockConfig{Identity: id},
-			},
+			Lock:          lk,
 			LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 200 * time.Millisecond,
 			ReleaseOnCancel: true,
 			Callbacks: leaderelection.LeaderCallbacks{
@@ -198,4 +217,39 @@ func TestLeaseGuardAllowsLocksAndClientGoLeaderElection(t *testing.T) {
 	// The manager retires the Lease when the lock goes: allowed.
 	deleteLockAndWait(t, ns, "billing", 10*time.Second)
 	expectRetiredRecord(g, ns, "billing", "billing", int64(tokenA+1))
+}
+
+// Every lock says whether the lease guard applies to it (condition
+// Guarded): True in a namespace the suite's bindings select, False with
+// what is missing elsewhere; and it follows a binding that comes or goes.
+func TestLocksSayWhetherTheLeaseGuardApplies(t *testing.T) {
+	guarded := guardedNamespace(t)
+	bare := newNamespace(t)
+	createReadyLock(t, testutil.MakeLock("billing", guarded).Obj())
+	createReadyLock(t, testutil.MakeLock("billing", bare).Obj())
+	condition := func(g Gomega, ns string) *metav1.Condition {
+		c := meta.FindStatusCondition(getLock(g, ns, "billing").Status.Conditions, locksv1alpha1.ConditionGuarded)
+		g.Expect(c).NotTo(BeNil(), "no Guarded condition in %s", ns)
+		return c
+	}
+	eventually(t, 5*time.Second, func(g Gomega) {
+		g.Expect(condition(g, guarded).Status).To(Equal(metav1.ConditionTrue))
+		c := condition(g, bare)
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(locksv1alpha1.ReasonLeaseGuardMissing))
+		g.Expect(c.Message).To(ContainSubstring("no binding of it with validationActions Deny applies to namespace " + bare))
+	})
+	// Labelled like the guarded namespaces, the bare one is guarded too.
+	ns := &corev1.Namespace{}
+	g := NewWithT(t)
+	g.Expect(k8sClient.Get(context.Background(), client.ObjectKey{Name: bare}, ns)).To(Succeed())
+	ns.Labels[leaseGuardNamespaceLabel] = "on"
+	g.Expect(k8sClient.Update(context.Background(), ns)).To(Succeed())
+	// A namespace's labels wake no lock: the next pass of the lock (here,
+	// a grant) reads them.
+	_, err := harness.Grant(context.Background(), clientset, bare, "billing", "someone")
+	g.Expect(err).NotTo(HaveOccurred())
+	eventually(t, 5*time.Second, func(g Gomega) {
+		g.Expect(condition(g, bare).Status).To(Equal(metav1.ConditionTrue))
+	})
 }

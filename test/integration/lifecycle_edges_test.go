@@ -19,6 +19,7 @@ import (
 	"github.com/frontdesk-dev/frontdesk/controllers"
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 // These tests are adversarial interleavings of the lock lifecycle: each
@@ -347,7 +348,7 @@ func TestCandidateGrantsEndOnlyThroughTheHandOff(t *testing.T) {
 	})
 	before := ptr.Deref(getLease(g, ns, "leader").Spec.LeaseTransitions, 0)
 	cleared := time.Now()
-	g.Expect(testutil.Release(ctx, clientset, ns, "leader", holder)).To(Succeed())
+	g.Expect(harness.Release(ctx, clientset, ns, "leader", holder)).To(Succeed())
 	var regranted *coordinationv1.Lease
 	eventually(t, 8*time.Second, func(g Gomega) {
 		regranted = getLease(g, ns, "leader")

@@ -19,6 +19,7 @@ import (
 	"github.com/frontdesk-dev/frontdesk/controllers"
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 // deleteLockAndWait deletes the lock and waits until it is gone.
@@ -142,7 +143,7 @@ func TestDeletingAHeldLockWaitsForItsHolder(t *testing.T) {
 
 	// A holder that keeps renewing the retiring Lease holds the deletion up.
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(2).Obj())
-	token, err := testutil.Grant(ctx, clientset, ns, "billing", "stubborn")
+	token, err := harness.Grant(ctx, clientset, ns, "billing", "stubborn")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(int64(token)).To(Equal(gr.Token() + 1))
 	g.Expect(k8sClient.Delete(ctx, getLock(g, ns, "billing"))).To(Succeed())
@@ -150,9 +151,9 @@ func TestDeletingAHeldLockWaitsForItsHolder(t *testing.T) {
 	for time.Now().Before(deadline) {
 		// A raw client: a conflict (the controller retiring the Lease)
 		// means re-read and renew again.
-		err := testutil.Renew(ctx, clientset, ns, "billing", "stubborn")
+		err := harness.Renew(ctx, clientset, ns, "billing", "stubborn")
 		if apierrors.IsConflict(errors.Unwrap(err)) {
-			err = testutil.Renew(ctx, clientset, ns, "billing", "stubborn")
+			err = harness.Renew(ctx, clientset, ns, "billing", "stubborn")
 		}
 		g.Expect(err).To(Succeed())
 		time.Sleep(300 * time.Millisecond) // the stubborn holder's renew interval, not an assertion
@@ -245,7 +246,7 @@ func TestForeignLeasesAreAdoptedOnlyWhenAllowedAndNeverDeleted(t *testing.T) {
 		})).To(Succeed())
 		go func() { // the leader renews every 500ms until the test ends
 			for ctx.Err() == nil {
-				_ = testutil.Renew(ctx, clientset, ns, name, "kcm-1")
+				_ = harness.Renew(ctx, clientset, ns, name, "kcm-1")
 				time.Sleep(500 * time.Millisecond)
 			}
 		}()
@@ -302,9 +303,9 @@ func TestRetiredRecordOfAnotherLockIsNotTaken(t *testing.T) {
 	ns := newNamespace(t)
 	g := NewWithT(t)
 	createReadyLock(t, testutil.MakeLock("first", ns).LeaseName("shared").Obj())
-	_, err := testutil.Grant(context.Background(), clientset, ns, "shared", "w")
+	_, err := harness.Grant(context.Background(), clientset, ns, "shared", "w")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(testutil.Release(context.Background(), clientset, ns, "shared", "w")).To(Succeed())
+	g.Expect(harness.Release(context.Background(), clientset, ns, "shared", "w")).To(Succeed())
 	deleteLockAndWait(t, ns, "first", 10*time.Second)
 
 	g.Expect(k8sClient.Create(context.Background(), testutil.MakeLock("second", ns).LeaseName("shared").Obj())).To(Succeed())

@@ -22,6 +22,7 @@ import (
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 func newLockClient(t *testing.T, namespace, name, identity string, mutate ...func(*lock.Config)) *lock.Client {
@@ -163,7 +164,7 @@ func TestAcquireCutShortMidReadGivesUpWaiting(t *testing.T) {
 func TestClientsContendExactlyOneHolder(t *testing.T) {
 	ns := newNamespace(t)
 	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(5).Obj())
-	history, err := testutil.WatchLeaseHistory(context.Background(), clientset, ns, "billing")
+	history, err := harness.WatchLeaseHistory(context.Background(), clientset, ns, "billing")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,8 +467,9 @@ func TestBreakFencesTheHolder(t *testing.T) {
 
 	guard := fencing.NewMemoryGuard()
 	noop := func(context.Context) error { return nil }
-	g.Expect(guard.Fence(context.Background(), "billing", gc.Token(), noop)).To(Succeed())
-	g.Expect(guard.Fence(context.Background(), "billing", ga.Token(), noop)).To(MatchError(fencing.ErrStaleToken))
+	g.Expect(ga.FencingKey()).To(Equal(gc.FencingKey()), "two grants of one lock")
+	g.Expect(guard.Fence(context.Background(), gc.FencingKey(), gc.Token(), noop)).To(Succeed())
+	g.Expect(guard.Fence(context.Background(), ga.FencingKey(), ga.Token(), noop)).To(MatchError(fencing.ErrStaleToken))
 	g.Expect(gc.Release(context.Background())).To(Succeed())
 }
 
@@ -482,7 +484,7 @@ func TestFrozenProcessIsFencedAfterResume(t *testing.T) {
 	guard := fencing.NewMemoryGuard()
 	var mu sync.Mutex
 	var accepted []int64
-	srv := httptest.NewServer(fencing.Middleware(guard, fencing.FixedLock("billing"), http.HandlerFunc(
+	srv := httptest.NewServer(fencing.Middleware(guard, fencing.FixedLock(fencing.LockKey(ns, "billing")), http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			var tok int64
@@ -504,7 +506,7 @@ func TestFrozenProcessIsFencedAfterResume(t *testing.T) {
 	successor, err := newLockClient(t, ns, "billing", "successor").Acquire(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = successor.Release(context.Background()) }()
-	g.Expect(guard.Fence(ctx, "billing", successor.Token(), func(context.Context) error { return nil })).To(Succeed())
+	g.Expect(guard.Fence(ctx, successor.FencingKey(), successor.Token(), func(context.Context) error { return nil })).To(Succeed())
 
 	frozen.Signal(syscall.SIGCONT)
 	eventually(t, 10*time.Second, func(g Gomega) {

@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 // scrape fetches the manager's /metrics.
@@ -46,7 +47,7 @@ func TestMetricsEndpointReportsLocks(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
 	for _, holder := range []string{"a", "b", "c"} {
-		_, err := testutil.Grant(ctx, clientset, ns, "billing", holder)
+		_, err := harness.Grant(ctx, clientset, ns, "billing", holder)
 		g.Expect(err).NotTo(HaveOccurred())
 		eventually(t, 2*time.Second, func(g Gomega) {
 			g.Expect(getLock(g, ns, "billing").Status.Holder).To(Equal(holder))
@@ -68,7 +69,7 @@ func TestMetricsEndpointReportsLocks(t *testing.T) {
 		g.Expect(metricValue(g, text, "frontdesk_lock_held", lbl)).To(Equal(0.0))
 		g.Expect(metricValue(g, text, "frontdesk_lock_transitions_total", `kind="expired",`+lbl)).To(Equal(1.0))
 	})
-	_, err := testutil.Grant(ctx, clientset, ns, "billing", "d")
+	_, err := harness.Grant(ctx, clientset, ns, "billing", "d")
 	g.Expect(err).NotTo(HaveOccurred())
 	eventually(t, 3*time.Second, func(g Gomega) {
 		text := scrape(g)

@@ -21,6 +21,7 @@ import (
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
+	fencedelection "github.com/frontdesk-dev/frontdesk/pkg/leaderelection"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
 )
@@ -34,6 +35,8 @@ type participant struct {
 	cfg  *rest.Config
 	// principal is what the policies record for its requests.
 	principal string
+	// pod is the pod its token is bound to (podParticipant), or nil.
+	pod *corev1.Pod
 }
 
 // newParticipant creates ServiceAccount name in ns, binds it to roles
@@ -93,7 +96,12 @@ func (p participant) lockClient(t *testing.T, ns, lockName, identity string) *lo
 // token is refused).
 func guardedLock(t *testing.T, name string, leaseSeconds int32) string {
 	t.Helper()
-	ns := guardedNamespace(t)
+	return guardedLockIn(t, guardedNamespace(t), name, leaseSeconds)
+}
+
+// guardedLockIn is guardedLock in namespace ns.
+func guardedLockIn(t *testing.T, ns, name string, leaseSeconds int32) string {
+	t.Helper()
 	createReadyLock(t, &locksv1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: locksv1alpha1.DistributedLockSpec{LeaseDurationSeconds: leaseSeconds}})
 	probe := newParticipant(t, ns, "probe", "")
@@ -123,7 +131,7 @@ func (p participant) forge(ns, name string, edit func(l *coordinationv1.Lease)) 
 
 // refused expects err to be the apiserver's refusal, saying want.
 func refused(g Gomega, err error, want string) {
-	g.ExpectWithOffset(1, apierrors.IsForbidden(err)).To(BeTrue(), "want a refusal, got %v", err)
+	g.ExpectWithOffset(1, apierrors.IsForbidden(err)).To(BeTrue(), "want a refusal saying %q, got %v", want, err)
 	g.ExpectWithOffset(1, err.Error()).To(ContainSubstring(want))
 }
 
@@ -179,11 +187,11 @@ func TestParticipantCannotChangeTheLeaseDuration(t *testing.T) {
 	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		l.Annotations[locksv1alpha1.LeaseDurationAnnotation] = "1"
 	})
-	refused(g, err, "only the frontdesk manager may change what ties Lease")
+	refused(g, err, "only the frontdesk manager changes what ties Lease")
 	stillHolds(g, ns, "billing", ga, time.Now())
 	// Its own holder cannot change it either.
 	err = alice.forge(ns, "billing", func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = new(int32(60)) })
-	refused(g, err, "kept by a grant while it lasts")
+	refused(g, err, "nothing else of the grant changes")
 	g.Expect(ga.Release(context.Background())).To(Succeed())
 
 	// On a free lock: a grant with a duration of its own choosing.
@@ -192,7 +200,7 @@ func TestParticipantCannotChangeTheLeaseDuration(t *testing.T) {
 		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = new("mallory"), new(*l.Spec.LeaseTransitions+1)
 		l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, &now, new(int32(1))
 	})
-	refused(g, err, "on every grant")
+	refused(g, err, "carries the lock's lease duration")
 	gm, err := mallory.lockClient(t, ns, "billing", "mallory-1").TryAcquire(context.Background())
 	g.Expect(err).NotTo(HaveOccurred(), "the honest path: a grant carrying the lock's duration")
 	g.Expect(gm.Timing().LeaseDuration).To(Equal(3 * time.Second))
@@ -241,13 +249,13 @@ func TestParticipantCannotJumpTheToken(t *testing.T) {
 	mallory := newParticipant(t, ns, "mallory", "")
 	g := NewWithT(t)
 	err := mallory.forge(ns, "billing", func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = new(int32(2147483647)) })
-	refused(g, err, "rises by exactly one per grant")
+	refused(g, err, "take it by raising spec.leaseTransitions from 0 to 1 and naming a holder in the same write")
 	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		now := metav1.NewMicroTime(time.Now())
 		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = new("mallory"), new(int32(2147483647))
 		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
 	})
-	refused(g, err, "rises by exactly one per grant")
+	refused(g, err, "take it by raising spec.leaseTransitions from 0 to 1 and naming a holder in the same write")
 	gm, err := mallory.lockClient(t, ns, "billing", "mallory-1").TryAcquire(context.Background())
 	g.Expect(err).NotTo(HaveOccurred(), "the honest path: the next token")
 	g.Expect(gm.Token()).To(BeEquivalentTo(1))
@@ -255,8 +263,8 @@ func TestParticipantCannotJumpTheToken(t *testing.T) {
 }
 
 // Places in the queue are bound to whoever took them: a participant cannot
-// register one in another's name (the principal is written by the
-// apiserver, whatever the request says), nor change or remove another's.
+// register one in another's name (the apiserver refuses a place whose
+// principal is not the request's), nor change or remove another's.
 // The honest path: the holder hands the lock to the waiter, which then
 // holds it in its own name.
 func TestQueuePlacesAreBoundToWhoTookThem(t *testing.T) {
@@ -278,21 +286,27 @@ func TestQueuePlacesAreBoundToWhoTookThem(t *testing.T) {
 		bobTicket = q[0].Ticket
 	})
 
-	// Registering in bob's name: the apiserver writes mallory's principal.
-	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
+	// Registering in bob's name, or with no principal at all: refused.
+	refused(g, mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		l.Annotations[lease.EntryKey("forged")] = "0,1,bob-1"
 		l.Annotations[lease.QueuedByKey("forged")] = bob.principal
-	})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(getLease(g, ns, "billing").Annotations[lease.QueuedByKey("forged")]).To(Equal(mallory.principal))
+	}), "added in your own name only")
+	refused(g, mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
+		l.Annotations[lease.EntryKey("forged")] = "0,1,bob-1"
+	}), "added in your own name only")
+	// In its own name, behind bob: allowed.
+	g.Expect(mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
+		l.Annotations[lease.EntryKey("forged")] = "0,2,bob-1"
+		l.Annotations[lease.QueuedByKey("forged")] = mallory.principal
+	})).To(Succeed())
 	// Changing or removing bob's place.
 	refused(g, mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		l.Annotations[lease.EntryKey(bobTicket)] = "0,1,mallory-1"
-	}), "only in your own name")
+	}), "added in your own name only")
 	refused(g, mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		delete(l.Annotations, lease.EntryKey(bobTicket))
 		delete(l.Annotations, lease.QueuedByKey(bobTicket))
-	}), "is removed only by the principal that took it")
+	}), "only by the principal that took it")
 	// mallory may remove its own place.
 	g.Expect(mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		delete(l.Annotations, lease.EntryKey("forged"))
@@ -315,7 +329,7 @@ func TestBreakNeedsThePermissionAndFences(t *testing.T) {
 	ns := guardedLock(t, "billing", 3)
 	alice := newParticipant(t, ns, "alice", "")
 	mallory := newParticipant(t, ns, "mallory", "")
-	admin := newParticipant(t, ns, "oncall", "", "frontdesk-lock-admin")
+	admin := newParticipant(t, ns, "oncall", "", "frontdesk-lock-user", "frontdesk-lock-admin")
 	g := NewWithT(t)
 	ga, err := alice.lockClient(t, ns, "billing", "alice-1").TryAcquire(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
@@ -417,7 +431,7 @@ func TestExhaustedTokensContinueInANewEpoch(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	refused(g, alice.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		l.Annotations[locksv1alpha1.TokenEpochAnnotation] = "1"
-	}), "only the frontdesk manager may change what ties Lease")
+	}), "only the frontdesk manager changes what ties Lease")
 
 	last, err := alice.lockClient(t, ns, "billing", "alice-1").TryAcquire(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
@@ -431,7 +445,7 @@ func TestExhaustedTokensContinueInANewEpoch(t *testing.T) {
 	})
 	guard := fencing.NewMemoryGuard()
 	write := func(token int64) error {
-		return guard.Fence(context.Background(), "billing", token, func(context.Context) error { return nil })
+		return guard.Fence(context.Background(), last.FencingKey(), token, func(context.Context) error { return nil })
 	}
 	g.Expect(write(last.Token())).To(Succeed())
 	g.Expect(last.Release(context.Background())).To(Succeed())
@@ -459,42 +473,76 @@ func TestExhaustedTokensContinueInANewEpoch(t *testing.T) {
 // without releasing) is taken over once the controller marks its grant
 // lapsed, with the next token; the new leader's grant is bound to it.
 func TestStockClientGoElectorsOfTwoServiceAccountsTakeTurns(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// stock: client-go's own LeaseLock, whose grants carry a principal
+		// only where config/mutating's lease-principal policy writes it;
+		// otherwise pkg/leaderelection's Lock, which writes its own.
+		stock bool
+	}{{"pkg/leaderelection", false}, {"client-go LeaseLock", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.stock && !servesMutatingPolicies() {
+				stockElectorIsRefusedWithoutThePrincipalPolicy(t)
+				return
+			}
+			electorsTakeTurns(t, tc.stock)
+		})
+	}
+}
+
+// electorResourceLock is the resourcelock.Interface an elector of p uses:
+// client-go's LeaseLock (stock), or pkg/leaderelection's Lock over it.
+func electorResourceLock(t *testing.T, ns string, p participant, stock bool) resourcelock.Interface {
+	if stock {
+		return &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: "billing"},
+			Client:     p.clientset().CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: p.name},
+		}
+	}
+	lk, err := fencedelection.NewForConfig(p.cfg, fencedelection.Config{Namespace: ns, Name: "billing", Identity: p.name, RenewDeadline: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lk
+}
+
+// runLeaderUntil runs a client-go elector on lk until ctx ends, telling
+// leaders when it leads.
+func runLeaderUntil(ctx context.Context, t *testing.T, lk resourcelock.Interface, leaders chan<- string, name string) {
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:          lk,
+		LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 200 * time.Millisecond,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) { leaders <- name },
+			OnStoppedLeading: func() {},
+		},
+	})
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	le.Run(ctx)
+}
+
+// electorsTakeTurns: a leads, stops renewing as if it died, and b takes
+// over with the next token once the controller marked a's grant lapsed;
+// each grant is bound to its elector's principal.
+func electorsTakeTurns(t *testing.T, stock bool) {
 	ns := guardedLock(t, "billing", 2)
 	a := newParticipant(t, ns, "elector-a", "")
 	b := newParticipant(t, ns, "elector-b", "")
 	g := NewWithT(t)
 	leaders := make(chan string, 8)
 	var wg sync.WaitGroup
-	elect := func(ctx context.Context, p participant) {
-		defer wg.Done()
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock: &resourcelock.LeaseLock{
-				LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: "billing"},
-				Client:     p.clientset().CoordinationV1(),
-				LockConfig: resourcelock.ResourceLockConfig{Identity: p.name},
-			},
-			LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 200 * time.Millisecond,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(context.Context) { leaders <- p.name },
-				OnStoppedLeading: func() {},
-			},
-		})
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		le.Run(ctx)
-	}
 	ctxA, stopA := context.WithCancel(context.Background())
-	wg.Add(1)
-	go elect(ctxA, a)
+	wg.Go(func() { runLeaderUntil(ctxA, t, electorResourceLock(t, ns, a, stock), leaders, a.name) })
 	g.Eventually(leaders).WithTimeout(5 * time.Second).Should(Receive(Equal("elector-a")))
 	first := getLease(g, ns, "billing")
 	g.Expect(first.Annotations[locksv1alpha1.HolderPrincipalAnnotation]).To(Equal(a.principal))
 	ctxB, stopB := context.WithCancel(context.Background())
 	defer stopB()
-	wg.Add(1)
-	go elect(ctxB, b)
+	wg.Go(func() { runLeaderUntil(ctxB, t, electorResourceLock(t, ns, b, stock), leaders, b.name) })
 	stopA() // no ReleaseOnCancel: a stops renewing, as if it died
 	g.Eventually(leaders).WithTimeout(10 * time.Second).Should(Receive(Equal("elector-b")))
 	taken := getLease(g, ns, "billing")
@@ -503,4 +551,20 @@ func TestStockClientGoElectorsOfTwoServiceAccountsTakeTurns(t *testing.T) {
 	g.Expect(eventReasons(g, ns, "billing")).To(ContainElement("Expired"), "b took over after the controller's lapse mark")
 	stopB()
 	wg.Wait()
+}
+
+// stockElectorIsRefusedWithoutThePrincipalPolicy: where the cluster serves
+// no MutatingAdmissionPolicy, a stock client-go elector's grants carry no
+// principal, and the guard refuses them: it never leads, and the lock
+// stays free (nothing weaker for its absence).
+func stockElectorIsRefusedWithoutThePrincipalPolicy(t *testing.T) {
+	ns := guardedLock(t, "billing", 2)
+	a := newParticipant(t, ns, "elector-a", "")
+	g := NewWithT(t)
+	leaders := make(chan string, 1)
+	ctx, stop := context.WithTimeout(context.Background(), 3*time.Second)
+	defer stop()
+	runLeaderUntil(ctx, t, electorResourceLock(t, ns, a, true), leaders, a.name)
+	g.Expect(leaders).NotTo(Receive(), "a stock elector led without a principal on its grant")
+	g.Expect(lease.Holder(getLease(g, ns, "billing"))).To(BeEmpty())
 }

@@ -16,6 +16,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,7 +25,9 @@ import (
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 	"github.com/frontdesk-dev/frontdesk/internal/manifests"
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
+	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 func createPod(t *testing.T, ns, name string, labels map[string]string, ready bool) *corev1.Pod {
@@ -102,7 +105,7 @@ func TestHolderPodIsAnnotatedAndLabelled(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 
-	g0, err := newLockClient(t, ns, "billing", podIdentity(app0, "aaaa")).Acquire(ctx)
+	g0, err := podLockClient(t, app0, "billing", podIdentity(app0, "aaaa")).Acquire(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	eventually(t, 3*time.Second, func(g Gomega) {
 		expectMarked(g, ns, "billing", "app-0", g0.Token(), "app-0", "app-1")
@@ -110,7 +113,7 @@ func TestHolderPodIsAnnotatedAndLabelled(t *testing.T) {
 	})
 
 	g.Expect(g0.Release(ctx)).To(Succeed())
-	g1, err := newLockClient(t, ns, "billing", podIdentity(app1, "bbbb"), func(c *lock.Config) { c.RenewInterval = time.Hour }).Acquire(ctx)
+	g1, err := podLockClient(t, app1, "billing", podIdentity(app1, "bbbb"), func(c *lock.Config) { c.RenewInterval = time.Hour }).Acquire(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	eventually(t, 3*time.Second, func(g Gomega) {
 		expectMarked(g, ns, "billing", "app-1", g1.Token(), "app-0", "app-1")
@@ -167,7 +170,7 @@ func TestLockUserCannotHaveAPodItDoesNotRunMarked(t *testing.T) {
 
 	// A pod that consents, held under its own identity, is marked.
 	willing := createPodWith(t, ns, "willing", nil, mayHold("billing"), true)
-	gr, err := newLockClient(t, ns, "billing", podIdentity(willing, "self")).TryAcquire(ctx)
+	gr, err := podLockClient(t, willing, "billing", podIdentity(willing, "self")).TryAcquire(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	eventually(t, 3*time.Second, func(g Gomega) { expectMarked(g, ns, "billing", "willing", gr.Token(), "willing", "victim") })
 }
@@ -337,10 +340,10 @@ func TestOnlyParticipantPodsAreCandidates(t *testing.T) {
 
 // tappedLeaseWrites are the successful Lease updates of the named Lease that went
 // through tap, decoded, with the requests that carried them.
-func tappedLeaseWrites(t *testing.T, tap *testutil.Tap, ns, name string) ([]coordinationv1.Lease, []testutil.Request) {
+func tappedLeaseWrites(t *testing.T, tap *harness.Tap, ns, name string) ([]coordinationv1.Lease, []harness.Request) {
 	t.Helper()
 	var leases []coordinationv1.Lease
-	var reqs []testutil.Request
+	var reqs []harness.Request
 	for _, r := range tap.Requests() {
 		if r.Method != http.MethodPut || r.Path != "/apis/coordination.k8s.io/v1/namespaces/"+ns+"/leases/"+name || r.Status != http.StatusOK {
 			continue
@@ -361,7 +364,7 @@ func tappedLeaseWrites(t *testing.T, tap *testutil.Tap, ns, name string) ([]coor
 // revocation was answered (counted from the start of the pass, the next
 // grant would come 1.5s early).
 func TestCandidatesHandOffDelayCountsFromTheRevocationWrite(t *testing.T) {
-	tap := testutil.NewTap()
+	tap := harness.NewTap()
 	withManagerThrough(t, tap)
 	ns := newNamespace(t)
 	g := NewWithT(t)
@@ -373,12 +376,12 @@ func TestCandidatesHandOffDelayCountsFromTheRevocationWrite(t *testing.T) {
 	eventually(t, 5*time.Second, func(g Gomega) { g.Expect(getLock(g, ns, "leader").Status.HolderPod).To(Equal("c-0")) })
 
 	var held atomic.Bool
-	tap.Decide(func(r *testutil.Request) testutil.Action {
+	tap.Decide(func(r *harness.Request) harness.Action {
 		unmark := r.Method == http.MethodPatch && r.Path == "/api/v1/namespaces/"+ns+"/pods/c-0" && r.BodyContains("null")
 		if unmark && held.CompareAndSwap(false, true) {
-			return testutil.Action{Delay: slow}
+			return harness.Action{Delay: slow}
 		}
-		return testutil.Action{}
+		return harness.Action{}
 	})
 	setReady(t, c0, false)
 	next := locksv1alpha1.PodIdentity(c1.Name, string(c1.UID), "")
@@ -400,7 +403,7 @@ func TestCandidatesHandOffDelayCountsFromTheRevocationWrite(t *testing.T) {
 	// was sent: this gap is at most the one between the two writes.
 	gap := reqs[granted].Sent.Sub(reqs[revoked].Answered)
 	g.Expect(gap).To(BeNumerically(">=", delay), "c-1 was granted %s after the revocation was answered", gap)
-	unmarked := slices.IndexFunc(podPatches(tap, ns, "c-0"), func(r testutil.Request) bool { return r.BodyContains("null") })
+	unmarked := slices.IndexFunc(podPatches(tap, ns, "c-0"), func(r harness.Request) bool { return r.BodyContains("null") })
 	t.Logf("revocation answered %s after the removal of the marks was sent; grant sent %s after the revocation was answered",
 		reqs[revoked].Answered.Sub(podPatches(tap, ns, "c-0")[unmarked].Sent).Round(time.Millisecond), gap.Round(time.Millisecond))
 }
@@ -411,13 +414,13 @@ func TestCandidatesHandOffDelayCountsFromTheRevocationWrite(t *testing.T) {
 // apiserver refuses it (a patch by name alone would give the new pod the
 // holder label and a token that is not its own).
 func TestMarksDoNotLandOnAReplacementPodOfTheSameName(t *testing.T) {
-	tap := testutil.NewTap()
-	podWatch := testutil.NewGate()
-	tap.Decide(func(r *testutil.Request) testutil.Action {
+	tap := harness.NewTap()
+	podWatch := harness.NewGate()
+	tap.Decide(func(r *harness.Request) harness.Action {
 		if r.Method == http.MethodGet && strings.HasSuffix(r.Path, "/pods") && strings.Contains(r.Query, "watch=true") {
-			return testutil.Action{Gate: podWatch}
+			return harness.Action{Gate: podWatch}
 		}
-		return testutil.Action{}
+		return harness.Action{}
 	})
 	withManagerThrough(t, tap)
 	t.Cleanup(podWatch.Open)
@@ -428,7 +431,7 @@ func TestMarksDoNotLandOnAReplacementPodOfTheSameName(t *testing.T) {
 	old := createPodWith(t, ns, "app-0", nil, mayHold("billing"), true)
 
 	// Marked while it holds: the manager's cache has the pod.
-	first, err := newLockClient(t, ns, "billing", podIdentity(old, "a")).Acquire(ctx)
+	first, err := podLockClient(t, old, "billing", podIdentity(old, "a")).Acquire(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	eventually(t, 5*time.Second, func(g Gomega) { expectMarked(g, ns, "billing", "app-0", first.Token(), "app-0") })
 	g.Expect(first.Release(ctx)).To(Succeed())
@@ -441,9 +444,16 @@ func TestMarksDoNotLandOnAReplacementPodOfTheSameName(t *testing.T) {
 	g.Expect(replacement.UID).NotTo(Equal(old.UID))
 	patchesBefore := len(podPatches(tap, ns, "app-0"))
 
-	// The old pod's identity holds the lock again: the controller, reading
-	// the old pod from its cache, marks "app-0".
-	second, err := newLockClient(t, ns, "billing", podIdentity(old, "b"), func(c *lock.Config) { c.RenewInterval = time.Hour }).Acquire(ctx)
+	// The old pod holds the lock again (its process outlived the pod, here
+	// through impersonation: its own token stopped working with the pod):
+	// the controller, reading the old pod from its cache, marks "app-0".
+	ghost := restConfig()
+	ghost.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":default",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+		Extra:  map[string][]string{lease.PodUIDExtra: {string(old.UID)}}}
+	ghostClient, err := lock.New(ghost, lock.Config{Namespace: ns, Name: "billing", Identity: podIdentity(old, "b"), RenewInterval: time.Hour})
+	g.Expect(err).NotTo(HaveOccurred())
+	second, err := ghostClient.Acquire(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	eventually(t, 5*time.Second, func(g Gomega) {
 		g.Expect(len(podPatches(tap, ns, "app-0"))).To(BeNumerically(">", patchesBefore), "the controller never tried to mark app-0")
@@ -459,8 +469,8 @@ func TestMarksDoNotLandOnAReplacementPodOfTheSameName(t *testing.T) {
 }
 
 // podPatches are the patches of the named pod that went through tap.
-func podPatches(tap *testutil.Tap, ns, name string) []testutil.Request {
-	return slices.DeleteFunc(tap.Requests(), func(r testutil.Request) bool {
+func podPatches(tap *harness.Tap, ns, name string) []harness.Request {
+	return slices.DeleteFunc(tap.Requests(), func(r harness.Request) bool {
 		return r.Method != http.MethodPatch || r.Path != "/api/v1/namespaces/"+ns+"/pods/"+name
 	})
 }

@@ -162,6 +162,7 @@ func TestForgedPlaceDoesNotLockAnIdentityOut(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		l.Annotations[lease.EntryKey("squat")] = "0,1,alice-1"
+		l.Annotations[lease.QueuedByKey("squat")] = mallory.principal
 	})).To(Succeed(), "mallory registers a place, in her own name, under alice's identity")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -194,7 +195,7 @@ func TestJunkAnnotationsDoNotMakeTheLockUnusable(t *testing.T) {
 			used += len(k) + len(v)
 		}
 		l.Annotations[key] = strings.Repeat("x", limit-used-len(key))
-	}), "a participant writes only the queue")
+	}), "a participant writes only a grant and its marks")
 
 	var lastErr error
 	deadline := time.Now().Add(10 * time.Second)
@@ -211,11 +212,12 @@ func TestJunkAnnotationsDoNotMakeTheLockUnusable(t *testing.T) {
 }
 
 // Promise: a participant cannot make the lock unusable. Places are capped
-// per queue (1000), not per principal, and a participant picks its own
-// priority: mallory fills the queue with dead places at the highest
-// priority. An honest release hands the lock to her first dead place (a
-// lease duration lost), and the waiters behind then wait a turn for each
-// of her places: bob, waiting on a 1 s lock, does not get it in 30 s.
+// per principal (16), per user (64) and per queue (256), a new place goes
+// behind the queue, and a priority above the default needs the verb
+// "prioritize": mallory fills what she may with dead places. An honest
+// release hands the lock to her first dead place (a lease duration lost),
+// and the waiters behind then wait a turn for each of her places that the
+// controller has not removed yet: bob, waiting on a 1 s lock, still gets it.
 func TestQueueFloodDoesNotStarveOthers(t *testing.T) {
 	ns := guardedLock(t, "billing", 1)
 	alice := newParticipant(t, ns, "alice", "")
@@ -224,17 +226,18 @@ func TestQueueFloodDoesNotStarveOthers(t *testing.T) {
 	g := NewWithT(t)
 	ga, err := alice.lockClient(t, ns, "billing", "alice-1").TryAcquire(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
-	refused(g, mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
-		for i := range lease.MaxQueue {
-			l.Annotations[lease.EntryKey(fmt.Sprintf("flood%04d", i))] = fmt.Sprintf("2147483647,%d,dead-%d", i+1, i)
+	flood := func(n int, priority string) func(l *coordinationv1.Lease) {
+		return func(l *coordinationv1.Lease) {
+			for i := range n {
+				l.Annotations[lease.EntryKey(fmt.Sprintf("flood%04d", i))] = fmt.Sprintf("%s,1,dead-%d", priority, i)
+				l.Annotations[lease.QueuedByKey(fmt.Sprintf("flood%04d", i))] = mallory.principal
+			}
 		}
-	}), "a principal holds at most 16 places")
-	// As many dead places as one principal may hold, at the top priority.
-	g.Expect(mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
-		for i := range 16 {
-			l.Annotations[lease.EntryKey(fmt.Sprintf("flood%04d", i))] = fmt.Sprintf("2147483647,%d,dead-%d", i+1, i)
-		}
-	})).To(Succeed(), "mallory queues 16 dead places at the top priority")
+	}
+	refused(g, mallory.forge(ns, "billing", flood(lease.MaxPlaces, "0")), "at most 16 of one principal")
+	refused(g, mallory.forge(ns, "billing", flood(16, "2147483647")), `needs the verb "prioritize"`)
+	// As many dead places as one principal may hold.
+	g.Expect(mallory.forge(ns, "billing", flood(16, "0"))).To(Succeed(), "mallory queues 16 dead places")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -279,12 +282,15 @@ func TestBloatedLeaseDoesNotEndAnothersGrant(t *testing.T) {
 		}
 		return err
 	}
-	refused(g, fill(64<<10), "a participant writes only the queue")
+	refused(g, fill(64<<10), "a participant writes only a grant and its marks")
 	refused(g, mallory.forge(ns, "billing", func(l *coordinationv1.Lease) { l.Labels["example.com/probe"] = "x" }),
-		"a participant writes only the queue")
+		"a participant writes only a grant and its marks")
 	refused(g, mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
 		l.Labels[locksv1alpha1.FrontLabelPrefix+"no-such-ticket"] = "true"
-	}), "a participant writes only the queue")
+	}), "is set only for a ticket in the queue")
+	refused(g, mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
+		delete(l.Labels, locksv1alpha1.FrontLabelPrefix+bobTicket)
+	}), "goes when its place goes")
 
 	select {
 	case <-ga.Lost():
@@ -330,8 +336,8 @@ func TestParticipantCannotRegisterAPodsPlace(t *testing.T) {
 
 	const uid = "0f3c9a6e-5b1d-4c1e-9d55-6f0e2b7a9c11"
 	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
-		l.Annotations[lease.EntryKey("pod-"+uid)] = "0,1,billing-job_" + uid
-		l.Annotations[lease.QueuedByKey("pod-"+uid)] = mallory.principal
+		l.Annotations[lease.EntryKey(locksv1alpha1.PodTicketPrefix+uid)] = "0,1,billing-job_" + uid
+		l.Annotations[lease.QueuedByKey(locksv1alpha1.PodTicketPrefix+uid)] = mallory.principal
 	})
 	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "mallory registered a pod's place: %v", err)
 	g.Expect(err).To(MatchError(ContainSubstring("pod-<uid>")))
@@ -360,10 +366,10 @@ func TestHolderCannotMarkItsGrantAHandOffLater(t *testing.T) {
 	gm, err := mallory.lockClient(t, ns, "billing", "billing-job_"+uid).TryAcquire(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
 	err = mallory.forge(ns, "billing", func(l *coordinationv1.Lease) {
-		l.Annotations[locksv1alpha1.TicketAnnotation] = "pod-" + uid
+		l.Annotations[locksv1alpha1.TicketAnnotation] = locksv1alpha1.PodTicketPrefix + uid
 		l.Annotations[locksv1alpha1.HandedOffByAnnotation] = "someone"
 	})
-	refused(g, err, "come only with a hand-off")
+	refused(g, err, "nothing else of the grant changes")
 	stillHolds(g, ns, "billing", gm, time.Now())
 	g.Expect(gm.Release(context.Background())).To(Succeed())
 }

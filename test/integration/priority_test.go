@@ -44,16 +44,23 @@ const (
 	apfHolderUser     = "apf-holder"
 	apfPlainUser      = "apf-bystander" // an ordinary client, to show the flood is one
 	apfPriorityConfig = "priority"      // config/<this>
+	// apfFloodEffect is how many times the protected renewals' p99 the
+	// unprotected ones' must reach for the flood to count as one.
+	apfFloodEffect = 3
 )
 
 // A flood of LIST requests from many low-priority users (loopback, one in
 // flight per user, each bounded to one page) fills the apiserver's
 // global-default priority level, where a lock holder's renewals land too
 // unless config/priority is installed: without it they queue behind the
-// flood (p99 at or above a third of the lease, or failing); with it they
-// have a level of their own and keep their latency (p99 under a third of
-// the lease). The apiserver runs with few seats (max-requests-inflight 12,
-// max-mutating 6) so that a flood a test can afford fills them.
+// flood (p99 at least apfFloodEffect times the p99 with it, or failing);
+// with it they have a level of their own and keep their latency (p99 under
+// a third of the lease, none failed). The apiserver runs with few seats
+// (max-requests-inflight 8, max-mutating 4) so that a flood a test can
+// afford fills them; how much the flood delays the unprotected renewals
+// still depends on the machine's speed (global-default may borrow seats),
+// which is why that side is judged against the protected side, not the
+// lease.
 func TestLeasePriorityKeepsRenewalsOnTime(t *testing.T) {
 	if testing.Short() {
 		t.Skip("floods an apiserver of its own for about 30 s")
@@ -63,8 +70,8 @@ func TestLeasePriorityKeepsRenewalsOnTime(t *testing.T) {
 		KubeconfigPath: filepath.Join(t.TempDir(), "kubeconfig"),
 		Configure: func(e *envtest.Environment) {
 			args := e.ControlPlane.GetAPIServer().Configure()
-			args.Set("max-requests-inflight", "12")
-			args.Set("max-mutating-requests-inflight", "6")
+			args.Set("max-requests-inflight", "8")
+			args.Set("max-mutating-requests-inflight", "4")
 		},
 	})
 	if err != nil {
@@ -94,8 +101,10 @@ func TestLeasePriorityKeepsRenewalsOnTime(t *testing.T) {
 	t.Logf("with config/priority: %s", with)
 
 	third := apfLease / 3
-	if without.p99 < third {
-		t.Errorf("without config/priority the flood did not delay renewals (p99 %s, want at least %s): the test shows nothing", orFailed(without.p99), third)
+	delayed := without.failed > 0 || with.p99 > time.Duration(math.MaxInt64)/apfFloodEffect || without.p99 >= apfFloodEffect*with.p99
+	if !delayed {
+		t.Errorf("without config/priority the flood did not delay renewals (p99 %s, want at least %d times the %s with it): the test shows nothing",
+			orFailed(without.p99), apfFloodEffect, orFailed(with.p99))
 	}
 	if with.p99 >= third {
 		t.Errorf("with config/priority, renewal p99 %s, want under a third of the lease (%s)", orFailed(with.p99), third)

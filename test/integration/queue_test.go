@@ -16,6 +16,7 @@ import (
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 // queueOf is the identities queued on the lock's Lease, head first.
@@ -78,7 +79,7 @@ func queueGhost(t *testing.T, ns, name, identity string) {
 	t.Helper()
 	g := NewWithT(t)
 	l := getLease(g, ns, name)
-	patch, _, err := lease.Registration(l, lease.Waiter{Identity: identity, Ticket: "ghost-" + identity})
+	patch, _, err := lease.Registration(l, lease.Waiter{Identity: identity, Ticket: "ghost-" + identity, Principal: "user=ghost"})
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = clientset.CoordinationV1().Leases(ns).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -88,7 +89,7 @@ func queueGhost(t *testing.T, ns, name, identity string) {
 // holder that goes silent right after its grant leaves behind.
 func grantSilently(g Gomega, ns, name, holder string, duration time.Duration) *coordinationv1.Lease {
 	return editLease(g, ns, name, func(l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-		return lease.Grant(l, holder, duration, time.Now())
+		return lease.Grant(l, holder, "user=test", duration, time.Now())
 	})
 }
 
@@ -134,7 +135,7 @@ func TestWaitersAreGrantedInQueueOrder(t *testing.T) {
 	waitInLine("third", 0, []string{"first", "second", "third"})
 	waitInLine("urgent", 10, []string{"urgent", "first", "second", "third"})
 
-	history, err := testutil.WatchLeaseHistory(context.Background(), clientset, ns, "billing")
+	history, err := harness.WatchLeaseHistory(context.Background(), clientset, ns, "billing")
 	if err != nil {
 		t.Fatal(err)
 	}

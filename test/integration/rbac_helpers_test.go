@@ -21,18 +21,34 @@ import (
 // binding is in effect.
 func lockUserConfig(t *testing.T, namespace, user string) *rest.Config {
 	t.Helper()
+	return roleConfig(t, namespace, user, "frontdesk-lock-user", "get")
+}
+
+// lockAdminConfig is lockUserConfig with frontdesk-lock-admin too (which
+// adds the verbs break and prioritize, and writes nothing by itself).
+func lockAdminConfig(t *testing.T, namespace, user string) *rest.Config {
+	t.Helper()
+	roleConfig(t, namespace, user, "frontdesk-lock-user", "get")
+	return roleConfig(t, namespace, user, "frontdesk-lock-admin", "break")
+}
+
+// roleConfig binds ClusterRole role to user in namespace and returns a
+// config that impersonates that user, once the binding lets it do verb on
+// distributedlocks.
+func roleConfig(t *testing.T, namespace, user, role, verb string) *rest.Config {
+	t.Helper()
 	deployDefault(t)
 	ctx := context.Background()
 	g := NewWithT(t)
 	g.Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: user + "-locks", Namespace: namespace},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "frontdesk-lock-user"},
+		ObjectMeta: metav1.ObjectMeta{Name: user + "-" + role, Namespace: namespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
 		Subjects:   []rbacv1.Subject{{Kind: "User", Name: user}},
 	})).To(Succeed())
 	cfg := restConfig()
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	eventually(t, 5*time.Second, func(g Gomega) { // RBAC caches catch up with the new binding
-		can, err := canI(ctx, cfg, namespace, "get", "distributedlocks.locks.frontdesk.dev")
+		can, err := canI(ctx, cfg, namespace, verb, "distributedlocks.locks.frontdesk.dev")
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(can).To(BeTrue())
 	})

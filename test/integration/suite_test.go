@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 
 	"github.com/frontdesk-dev/frontdesk/internal/controlplane"
 	"github.com/frontdesk-dev/frontdesk/internal/manager"
-	"github.com/frontdesk-dev/frontdesk/internal/testutil"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 var (
@@ -37,6 +38,10 @@ var (
 	kubeconfigPath string
 	// metricsAddr is where the manager under test serves its metrics.
 	metricsAddr string
+	// assetsDir holds the etcd, kube-apiserver and kubectl the suite runs
+	// ($KUBEBUILDER_ASSETS, else bin/k8s): the tests' kubectl is the one
+	// built with the apiserver.
+	assetsDir string
 )
 
 func TestMain(m *testing.M) {
@@ -52,11 +57,10 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	var logOut = io.Discard
 	if os.Getenv("FRONTDESK_TEST_LOGS") != "" {
-		logOut = os.Stderr
+		managerLog.out = os.Stderr
 	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(logOut), zap.UseDevMode(true)))
+	ctrl.SetLogger(zap.New(zap.WriteTo(managerLog), zap.UseDevMode(true)))
 
 	tmp, err := os.MkdirTemp("", "frontdesk-integration-")
 	if err != nil {
@@ -79,6 +83,7 @@ func run(m *testing.M) int {
 	}()
 	fmt.Printf("control plane started in %s\n", time.Since(start).Round(time.Millisecond))
 	cfg = cp.Config
+	assetsDir = cp.AssetsDir
 
 	if k8sClient, err = client.New(cfg, client.Options{Scheme: manager.NewScheme()}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -103,6 +108,46 @@ func run(m *testing.M) int {
 		}
 	}()
 	return m.Run()
+}
+
+// managerLog is where the manager's logs go (and every other logger's
+// that logs through controller-runtime's): to stderr with
+// FRONTDESK_TEST_LOGS, and to the tests that watch it.
+var managerLog = &logTap{out: io.Discard}
+
+// logTap writes each log entry to out and to its watchers.
+type logTap struct {
+	mu       sync.Mutex
+	out      io.Writer
+	watchers map[int]func(entry string)
+	next     int
+}
+
+func (l *logTap) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, w := range l.watchers {
+		w(string(p))
+	}
+	return l.out.Write(p)
+}
+
+// watch calls fn with every log entry (zap writes one per Write) until
+// the returned stop is called.
+func (l *logTap) watch(fn func(entry string)) (stop func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.watchers == nil {
+		l.watchers = map[int]func(string){}
+	}
+	id := l.next
+	l.next++
+	l.watchers[id] = fn
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		delete(l.watchers, id)
+	}
 }
 
 // running is the manager under test, while it runs.
@@ -160,7 +205,7 @@ func withManagerStopped(t *testing.T) {
 
 // withManagerThrough runs, for the rest of the test, a fresh manager whose
 // requests go through tap, and the usual one again when the test ends.
-func withManagerThrough(t *testing.T, tap *testutil.Tap) {
+func withManagerThrough(t *testing.T, tap *harness.Tap) {
 	t.Helper()
 	withManagerStopped(t)
 	rc := restConfig()

@@ -14,6 +14,7 @@ import (
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/internal/testutil"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 func TestInvalidSpecsAreRejectedWithClearMessages(t *testing.T) {
@@ -134,7 +135,7 @@ func TestStatusFencingTokenCannotDecrease(t *testing.T) {
 	ctx := context.Background()
 	createReadyLock(t, testutil.MakeLock("billing", ns).Obj())
 	for range 3 {
-		_, err := testutil.Grant(ctx, clientset, ns, "billing", "worker-a")
+		_, err := harness.Grant(ctx, clientset, ns, "billing", "worker-a")
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	eventually(t, 2*time.Second, func(g Gomega) {

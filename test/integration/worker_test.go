@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/frontdesk-dev/frontdesk/internal/testutil"
 	"github.com/frontdesk-dev/frontdesk/pkg/fencing"
 	"github.com/frontdesk-dev/frontdesk/pkg/lock"
+	"github.com/frontdesk-dev/frontdesk/test/internal/harness"
 )
 
 // workerEnv makes the test binary run as a lock-holding worker process
@@ -26,7 +26,7 @@ const workerEnv = "FRONTDESK_TEST_WORKER"
 // paused between its check and its write would). It reports on stdout.
 func runWorker() int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	var wf testutil.WorkerFlags
+	var wf harness.WorkerFlags
 	wf.Register(fs)
 	identity := fs.String("identity", "", "")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -76,9 +76,9 @@ func runWorker() int {
 
 // startWorker runs a worker process (runWorker) for lockName under
 // identity, writing to url; it is killed when the test ends.
-func startWorker(t *testing.T, namespace, lockName, identity, url string) *testutil.Process {
+func startWorker(t *testing.T, namespace, lockName, identity, url string) *harness.Process {
 	t.Helper()
-	p, err := testutil.StartProcess(identity, []string{os.Args[0], "--kubeconfig", kubeconfigPath, "--namespace", namespace,
+	p, err := harness.StartProcess(identity, []string{os.Args[0], "--kubeconfig", kubeconfigPath, "--namespace", namespace,
 		"--lock", lockName, "--identity", identity, "--url", url}, []string{workerEnv + "=1"}, os.Stderr)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,7 @@
 // X-Fencing-Token is lower than one it has already accepted; GET /charges
 // lists the charges recorded, one per line (reads are not fenced).
 //
-//	go run ./examples/shell/ledger --addr 127.0.0.1:8080 --lock billing
+//	go run -C examples ./shell/ledger --addr 127.0.0.1:8080 --lock billing
 package main
 
 import (
