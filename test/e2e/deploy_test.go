@@ -86,7 +86,12 @@ func TestDeployDefault(t *testing.T) {
 		{"watch", "pods", true},
 		{"update", "distributedlocks.locks.frontdesk.dev/status", true},
 		{"create", "events.events.k8s.io", true},
-		{"delete", "pods", false},
+		// It deletes an admitted pod that did not start in time
+		// (spec.podStartTimeoutSeconds), with UID and resourceVersion
+		// preconditions; it creates none.
+		{"delete", "pods", true},
+		{"create", "pods", false},
+		{"delete", "leases.coordination.k8s.io", false},
 		{"get", "secrets", false},
 		{"create", "configmaps", false},
 		{"delete", "distributedlocks.locks.frontdesk.dev", false},
