@@ -70,12 +70,13 @@ help: ## Show this help.
 
 ##@ Development
 
-# controller-gen loads the Go modules nested under a path it is given, so
-# "./..." takes the API types from api/go.mod and the RBAC markers from the
-# root module.
+# controller-gen loads the Go modules nested under a path it is given: it
+# takes the API types from api/go.mod and the RBAC markers from controllers/.
+# (Not "./...": that walks bin/ too, where the kind node image's root file
+# system may hold what it cannot read.)
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRD and RBAC manifests under config/.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/...;./controllers/..." output:crd:artifacts:config=config/crd/bases
 
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy methods.
