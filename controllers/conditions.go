@@ -13,6 +13,10 @@ const (
 	EventReleased = "Released"
 	// EventExpired: the holder stopped renewing and its lease lapsed.
 	EventExpired = "Expired"
+	// EventHolderProvenDead (a Warning): the pod whose token made the
+	// grant was proven dead (proof.go), and the controller ended the grant
+	// before its lease ran out.
+	EventHolderProvenDead = "HolderProvenDead"
 	// EventTakenOver: a new holder was granted the lock while another
 	// holder had not released it.
 	EventTakenOver = "TakenOver"

@@ -22,10 +22,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 	"github.com/frontdesk-dev/frontdesk/pkg/lease"
@@ -62,6 +64,11 @@ type DistributedLockReconciler struct {
 	// SkipNameValidation allows a second controller of this name in the
 	// process (several local environments in one tool).
 	SkipNameValidation bool
+	// HolderPods is a cache of every pod (whatever its labels), kept slim,
+	// where the controller finds the pod whose token made a grant, and
+	// sees it die (failover on proof, proof.go). Nil: grants are ended by
+	// their lease only.
+	HolderPods cache.Cache
 
 	// memories is what the process remembers between passes.
 	*memories
@@ -266,8 +273,10 @@ func (r *DistributedLockReconciler) recordPassEvents(p *pass) {
 
 // statusEventsBesides drops the status-derived events that the lease
 // events of the same pass already explain better: the TakenOver of a
-// candidates-mode hand-off (reported as HandedOff), and the Released or
-// Broken that a recreated Lease or a restored token floor looks like.
+// candidates-mode hand-off (reported as HandedOff), the Expired of a
+// proven-dead holder's grant (reported as HolderProvenDead), and the
+// Released or Broken that a recreated Lease or a restored token floor
+// looks like.
 func statusEventsBesides(leaseEvents, statusEvents []lockEvent) []lockEvent {
 	has := func(reason string) bool {
 		return slices.ContainsFunc(leaseEvents, func(e lockEvent) bool { return e.reason == reason })
@@ -276,15 +285,21 @@ func statusEventsBesides(leaseEvents, statusEvents []lockEvent) []lockEvent {
 	if has(EventHandedOff) {
 		drop[EventTakenOver] = true
 	}
+	if has(EventHolderProvenDead) {
+		drop[EventExpired] = true
+	}
 	if has(EventLeaseRecreated) || has(EventTokenFloorRestored) {
 		drop[EventReleased], drop[EventBroken] = true, true
 	}
 	return slices.DeleteFunc(slices.Clone(statusEvents), func(e lockEvent) bool { return drop[e.reason] })
 }
 
-// candidateTransitions are the lease events that are lock transitions.
+// candidateTransitions are the lease events that are lock transitions: a
+// candidates-mode hand-off, the end of a proven-dead holder's grant.
 func candidateTransitions(leaseEvents []lockEvent) []lockEvent {
-	return slices.DeleteFunc(slices.Clone(leaseEvents), func(e lockEvent) bool { return e.reason != EventHandedOff })
+	return slices.DeleteFunc(slices.Clone(leaseEvents), func(e lockEvent) bool {
+		return e.reason != EventHandedOff && e.reason != EventHolderProvenDead
+	})
 }
 
 // updateStatus writes status when it changed. The Update carries the lock's
@@ -436,13 +451,22 @@ func (r *DistributedLockReconciler) SetupWithManager(ctx context.Context, mgr ct
 		}); err != nil {
 		return fmt.Errorf("indexing distributedlocks by lease name: %w", err)
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	if err := indexLeasesByHolderPod(ctx, mgr); err != nil {
+		return err
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&locksv1alpha1.DistributedLock{}).
 		Watches(&coordinationv1.Lease{}, r.leaseEvents()).
 		Watches(&corev1.Pod{}, r.podEvents()).
 		Watches(&admissionregistrationv1.ValidatingAdmissionPolicy{}, r.allLocks()).
-		Watches(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, r.allLocks()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1), SkipNameValidation: &r.SkipNameValidation}).
+		Watches(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, r.allLocks())
+	if r.HolderPods != nil {
+		if err := r.indexPodsByUID(ctx); err != nil {
+			return err
+		}
+		b = b.WatchesRawSource(source.Kind[client.Object](r.HolderPods, &corev1.Pod{}, r.holderPodEvents()))
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1), SkipNameValidation: &r.SkipNameValidation}).
 		Named("distributedlock").
 		Complete(r)
 }

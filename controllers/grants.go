@@ -92,19 +92,22 @@ func (r *DistributedLockReconciler) admissionsStep(ctx context.Context, p *pass)
 }
 
 // lapseStep ends the Lease's grant as lapsed when it went unrenewed for its
-// lease duration (see markLapsed), then removes the queue places a
+// lease duration, or its holder's pod is proven dead (see markLapsed), then removes the queue places a
 // takeover passed over and the head of a free lock's queue whose turn
 // passed (see removePassedPlaces). A failed lapse mark ends the step.
 func (r *DistributedLockReconciler) lapseStep(ctx context.Context, p *pass) {
 	if p.state.lease == nil {
 		return
 	}
-	marked, markIn, err := r.markLapsed(ctx, p)
+	marked, markIn, proven, err := r.markLapsed(ctx, p)
 	if err != nil {
 		p.errs = append(p.errs, err)
 		return
 	}
 	r.follow(p, marked, p.now)
+	if proven != nil {
+		p.events = append(p.events, *proven)
+	}
 	pruneIn, err := r.removePassedPlaces(ctx, p)
 	p.renewIn = earliest(p.renewIn, markIn, pruneIn)
 	if err != nil {

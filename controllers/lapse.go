@@ -6,6 +6,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,31 +25,39 @@ import (
 // lapse from a release; the waiters then take their turns.
 
 // markLapsed ends the grant on the pass's Lease l as lapsed when the
-// controller has seen its record go unrenewed for the lease duration,
+// controller has seen its record go unrenewed for the lease duration, or
+// at once when the pod whose token made it is proven dead (proof.go),
 // unless the grant is the controller's own (candidates mode, admitted pods:
 // it renews those, and ends them by its own rules). It returns the Lease as
-// written, or l when there was nothing to write, and how long until the
-// lapse is due otherwise (zero for never).
-func (r *DistributedLockReconciler) markLapsed(ctx context.Context, p *pass) (*coordinationv1.Lease, time.Duration, error) {
+// written, or l when there was nothing to write, how long until the lapse
+// is due otherwise (zero for never), and the event of a proven death.
+func (r *DistributedLockReconciler) markLapsed(ctx context.Context, p *pass) (*coordinationv1.Lease, time.Duration, *lockEvent, error) {
 	lock, l, obs, now := p.lock, p.state.lease, p.obs, p.now
 	rec := obs.Record
 	if l == nil || rec.Holder == "" || rec.Lapsed || !ownedBy(l, lock) ||
 		r.isCandidateGrant(l) || isAdmittedGrant(l) {
-		return l, 0, nil
+		return l, 0, nil, nil
 	}
+	var why, proof string
 	if deadline := obs.Deadline(lockDuration(lock)); now.Before(deadline) {
-		return l, deadline.Sub(now), nil
+		if why, proof = r.holderDeathProof(ctx, p); proof == "" {
+			return l, deadline.Sub(now), nil, nil
+		}
 	}
 	marked := l.DeepCopy()
 	err := r.Patch(ctx, marked, client.RawPatch(types.JSONPatchType, lease.LapsePatch(l).Bytes()))
 	switch {
+	case err == nil && proof != "":
+		provenDeadReleases.WithLabelValues(lock.Namespace, proof).Inc()
+		return marked, 0, &lockEvent{corev1.EventTypeWarning, EventHolderProvenDead, fmt.Sprintf(
+			"%s (fencing token %d) is proven dead: %s; the controller ended its grant before its lease ran out", rec.Holder, rec.Token, why)}, nil
 	case err == nil:
-		return marked, 0, nil
+		return marked, 0, nil, nil
 	case lease.PatchDidNotApply(err):
 		// The record changed since it was judged (a renewal landed): the
 		// watch brings it, and the next pass judges it afresh.
-		return l, 0, nil
+		return l, 0, nil, nil
 	default:
-		return nil, 0, fmt.Errorf("marking the lapsed grant of %s on lease %s: %w", rec.Holder, l.Name, err)
+		return nil, 0, nil, fmt.Errorf("marking the lapsed grant of %s on lease %s: %w", rec.Holder, l.Name, err)
 	}
 }

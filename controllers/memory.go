@@ -35,6 +35,8 @@ type memories struct {
 
 	// podNotes: how a pod went away, waits, warnings sent.
 	podNotes *podNotes
+	// deaths: the pods the watch showed deleted after they finished.
+	deaths *deaths
 	// pods: when a queued pod principal was last seen alive.
 	pods *podsAlive
 	// access: whether a ServiceAccount may use a lock, and since when.
@@ -51,6 +53,7 @@ func newMemories() *memories {
 		passed:       newPassedPlaces(),
 		written:      newOwnWrites(),
 		podNotes:     newPodNotes(),
+		deaths:       newDeaths(),
 		pods:         newPodsAlive(),
 		access:       newLockAccess(),
 	}

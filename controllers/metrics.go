@@ -49,6 +49,11 @@ var (
 		Help:    "From a Lease change reaching the controller's informer to the lock's status write that reflects it.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 	})
+	provenDeadReleases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "frontdesk_proven_dead_releases_total",
+		Help: "Grants the controller ended before their lease because the holder's pod was proven dead, by proof " +
+			"(finished: Succeeded or Failed with every container terminated; deleted: gone after that).",
+	}, []string{labelNamespace, "proof"})
 	podAdmissionWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "frontdesk_pod_admission_wait_seconds",
 		Help:    "How long a gated pod waited, from its creation to the controller removing its admission gate.",
@@ -57,7 +62,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(lockHeld, lockFencingToken, lockEvents, timeToAcquire, holdDuration, statusLag, podAdmissionWait)
+	metrics.Registry.MustRegister(lockHeld, lockFencingToken, lockEvents, timeToAcquire, holdDuration, statusLag, podAdmissionWait, provenDeadReleases)
 }
 
 // eventKinds maps event reasons to the kind label of the transitions metric.
@@ -67,6 +72,8 @@ var eventKinds = map[string]string{
 	EventHandedOff: "handed_off",
 	EventReleased:  "released",
 	EventExpired:   "expired",
+	// A grant ended on the proof of its holder's death (proof.go).
+	EventHolderProvenDead: "proven_dead",
 	// A Lease naming a new holder without a new token (alerted on).
 	EventInvalidGrant: "invalid_grant",
 }
@@ -135,7 +142,7 @@ func (m *lockMetrics) observed(key types.NamespacedName, evs []lockEvent, now ti
 				delete(m.freeSince, key)
 			}
 			m.heldSince[key] = now
-		case "released", "expired":
+		case "released", "expired", "proven_dead":
 			if since, ok := m.heldSince[key]; ok {
 				holdDuration.WithLabelValues(key.Namespace).Observe(now.Sub(since).Seconds())
 				delete(m.heldSince, key)

@@ -81,7 +81,33 @@ type DistributedLockSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
 	PodStartTimeoutSeconds int32 `json:"podStartTimeoutSeconds,omitempty"`
+
+	// failover says what may end a grant its holder did not release:
+	// Proof (the default) ends it at once when the holder's pod is proven
+	// dead, as its kubelet reports it (the pod Succeeded or Failed with
+	// every container terminated, or gone after such a report), and
+	// otherwise when the lease runs out; Lease ends it only when the lease
+	// runs out. A grant is tied to a pod by the pod-bound ServiceAccount
+	// token that made it. Choose Lease when a holder's process may outlive
+	// its pod's containers (a pod's token used outside the pod). The
+	// rules, and what is not proof, are in docs/design.md ("Failover on
+	// proof").
+	// +optional
+	// +kubebuilder:default=Proof
+	Failover Failover `json:"failover,omitempty"`
 }
+
+// Failover says what may end a grant its holder did not release.
+// +kubebuilder:validation:Enum=Proof;Lease
+type Failover string
+
+const (
+	// FailoverProof ends a grant when its holder's pod is proven dead, or
+	// when its lease runs out.
+	FailoverProof Failover = "Proof"
+	// FailoverLease ends a grant only when its lease runs out.
+	FailoverLease Failover = "Lease"
+)
 
 // CandidatesSpec selects the pods the controller holds the lock for.
 type CandidatesSpec struct {
@@ -293,6 +319,13 @@ func (l *DistributedLock) EffectivePodStartTimeout() time.Duration {
 		return time.Duration(l.Spec.PodStartTimeoutSeconds) * time.Second
 	}
 	return DefaultPodStartTimeoutSeconds * time.Second
+}
+
+// FailsOverOnProof reports whether a proven-dead holder's grant ends
+// before its lease (spec.failover Proof, or unset for objects that
+// bypassed apiserver defaulting).
+func (l *DistributedLock) FailsOverOnProof() bool {
+	return l.Spec.Failover != FailoverLease
 }
 
 // EffectiveLeaseDurationSeconds is spec.leaseDurationSeconds, or the default

@@ -1,9 +1,14 @@
 package manager
 
 import (
+	"net/http"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -82,4 +87,59 @@ func slimPod(obj any) (any, error) {
 	pod.Status = corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions,
 		ContainerStatuses: slimStatuses(pod.Status.ContainerStatuses), InitContainerStatuses: slimStatuses(pod.Status.InitContainerStatuses)}
 	return pod, nil
+}
+
+// holderPodCacheOptions is the cache of every pod that the controller
+// reads to prove a holder dead (controllers' HolderPods): all pods, since a
+// grant's pod need not be labelled, each kept to what the proof reads
+// (holderPod).
+func holderPodCacheOptions(scheme *runtime.Scheme, mapper meta.RESTMapper, httpClient *http.Client) cache.Options {
+	return cache.Options{
+		Scheme:     scheme,
+		Mapper:     mapper,
+		HTTPClient: httpClient,
+		ByObject:   map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: holderPod}},
+	}
+}
+
+// holderPod is the cache transform of the holder-pod cache: of a pod it
+// keeps its name, namespace, UID, resourceVersion and deletion timestamp,
+// its ServiceAccount, the names of its containers (init, application,
+// ephemeral), its phase, its DisruptionTarget condition, and whether each
+// container's status says it runs or terminated; no labels, annotations
+// or the rest of the spec. Other objects, such as cache tombstones, pass
+// through unchanged.
+func holderPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Pod{
+		TypeMeta: pod.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
+			ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp},
+		Spec: corev1.PodSpec{ServiceAccountName: pod.Spec.ServiceAccountName,
+			InitContainers:      make([]corev1.Container, len(pod.Spec.InitContainers)),
+			Containers:          make([]corev1.Container, len(pod.Spec.Containers)),
+			EphemeralContainers: make([]corev1.EphemeralContainer, len(pod.Spec.EphemeralContainers))},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase,
+			InitContainerStatuses:      slimStatuses(pod.Status.InitContainerStatuses),
+			ContainerStatuses:          slimStatuses(pod.Status.ContainerStatuses),
+			EphemeralContainerStatuses: slimStatuses(pod.Status.EphemeralContainerStatuses)},
+	}
+	for i, c := range pod.Spec.InitContainers {
+		slim.Spec.InitContainers[i].Name = c.Name
+	}
+	for i, c := range pod.Spec.Containers {
+		slim.Spec.Containers[i].Name = c.Name
+	}
+	for i, c := range pod.Spec.EphemeralContainers {
+		slim.Spec.EphemeralContainers[i].Name = c.Name
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget {
+			slim.Status.Conditions = append(slim.Status.Conditions, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason})
+		}
+	}
+	return slim, nil
 }

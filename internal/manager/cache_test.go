@@ -104,3 +104,44 @@ func TestCacheIsScopedToFrontdeskObjects(t *testing.T) {
 		}
 	}
 }
+
+func TestHolderPodKeepsWhatTheProofReads(t *testing.T) {
+	gc := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByPodGC", Message: "long"}
+	terminated := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}
+	full := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "shop", UID: "u1", ResourceVersion: "9",
+			Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a": "b"}, DeletionTimestamp: &metav1.Time{}},
+		Spec: corev1.PodSpec{NodeName: "n1", ServiceAccountName: "billing",
+			InitContainers: []corev1.Container{{Name: "setup", Image: "i"}},
+			Containers:     []corev1.Container{{Name: "app", Image: "app:1"}},
+			EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "d"}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed, PodIP: "10.0.0.1",
+			Conditions:                 []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}, gc},
+			InitContainerStatuses:      []corev1.ContainerStatus{{Name: "setup", State: terminated, Image: "i"}},
+			ContainerStatuses:          []corev1.ContainerStatus{{Name: "app", State: terminated, ContainerID: "c1"}},
+			EphemeralContainerStatuses: []corev1.ContainerStatus{{Name: "debug", State: terminated}}},
+	}
+	got, err := holderPod(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slimTerminated := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137}}
+	want := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "shop", UID: "u1", ResourceVersion: "9", DeletionTimestamp: &metav1.Time{}},
+		Spec: corev1.PodSpec{ServiceAccountName: "billing", InitContainers: []corev1.Container{{Name: "setup"}},
+			Containers:          []corev1.Container{{Name: "app"}},
+			EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug"}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed,
+			Conditions:                 []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByPodGC"}},
+			InitContainerStatuses:      []corev1.ContainerStatus{{Name: "setup", State: slimTerminated}},
+			ContainerStatuses:          []corev1.ContainerStatus{{Name: "app", State: slimTerminated}},
+			EphemeralContainerStatuses: []corev1.ContainerStatus{{Name: "debug", State: slimTerminated}}},
+	}
+	if !apiequality.Semantic.DeepEqual(got, want) {
+		t.Errorf("holderPod:\n got %+v\nwant %+v", got, want)
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "shop/holder", Obj: full}
+	if out, _ := holderPod(tomb); out != tomb {
+		t.Error("a tombstone was changed")
+	}
+}

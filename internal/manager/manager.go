@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -125,7 +126,15 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 		return nil, err
 	}
 	warnIfUnguarded(ctx, cfg)
+	holderPods, err := cache.New(cfg, holderPodCacheOptions(scheme, mgr.GetRESTMapper(), mgr.GetHTTPClient()))
+	if err != nil {
+		return nil, fmt.Errorf("creating the holder-pod cache: %w", err)
+	}
+	if err := mgr.Add(holderPods); err != nil {
+		return nil, fmt.Errorf("adding the holder-pod cache: %w", err)
+	}
 	reconciler := &controllers.DistributedLockReconciler{
+		HolderPods:              holderPods,
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("frontdesk-controller"),
