@@ -225,7 +225,8 @@ K8S_OLDEST_TESTS ?= \
 	TestLockAdminRoleBoundClusterWideWritesNoLease TestPodBoundTokensAreThePodsPrincipals \
 	TestPlaceNamingNoPodDoesNotStopTheController TestFencedObjectsNameTheirLockWithTheirFirstToken \
 	TestWorstLeaseTheGuardAllowsFitsAQuarterOfItsCELBudgets \
-	TestPrincipalsOutsideTheGrammarCannotGrantOrQueue
+	TestPrincipalsOutsideTheGrammarCannotGrantOrQueue \
+	TestParticipantsCannotForgeAProof TestProvenDeadHolderFailsOverAtOnce
 
 empty :=
 space := $(empty) $(empty)

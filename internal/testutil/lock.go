@@ -73,3 +73,9 @@ func (b *LockBuilder) LeaseAdoption(a locksv1alpha1.LeaseAdoption) *LockBuilder 
 	b.lock.Spec.LeaseAdoption = a
 	return b
 }
+
+// Failover sets spec.failover.
+func (b *LockBuilder) Failover(f locksv1alpha1.Failover) *LockBuilder {
+	b.lock.Spec.Failover = f
+	return b
+}
