@@ -231,7 +231,7 @@ func (r *DistributedLockReconciler) judgedStale(ctx context.Context, p *pass) bo
 // holder pod.
 func (r *DistributedLockReconciler) passStatus(ctx context.Context, p *pass) error {
 	res := deriveStatus(statusInput{lock: p.lock, lease: p.state, observation: p.obs, now: p.now,
-		highWater: p.highWater})
+		highWater: p.highWater, provenDead: p.provenDead})
 	setGatedPods(&res.status, p.gatedPods)
 	res.status.Waiting = 0
 	if p.state.lease != nil {

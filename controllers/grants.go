@@ -106,7 +106,7 @@ func (r *DistributedLockReconciler) lapseStep(ctx context.Context, p *pass) {
 	}
 	r.follow(p, marked, p.now)
 	if proven != nil {
-		p.events = append(p.events, *proven)
+		p.events, p.provenDead = append(p.events, *proven), proven.note
 	}
 	pruneIn, err := r.removePassedPlaces(ctx, p)
 	p.renewIn = earliest(p.renewIn, markIn, pruneIn)

@@ -44,8 +44,12 @@ func (r *DistributedLockReconciler) markLapsed(ctx context.Context, p *pass) (*c
 			return l, deadline.Sub(now), nil, nil
 		}
 	}
+	patch := lease.LapsePatch(l)
+	if proof != "" {
+		patch = lease.ProvenDeadPatch(l)
+	}
 	marked := l.DeepCopy()
-	err := r.Patch(ctx, marked, client.RawPatch(types.JSONPatchType, lease.LapsePatch(l).Bytes()))
+	err := r.Patch(ctx, marked, client.RawPatch(types.JSONPatchType, patch.Bytes()))
 	switch {
 	case err == nil && proof != "":
 		provenDeadReleases.WithLabelValues(lock.Namespace, proof).Inc()

@@ -61,6 +61,9 @@ type pass struct {
 	status statusResult
 	// lapseIn is how long until a terminating Lease's holder lapses.
 	lapseIn time.Duration
+	// provenDead is the message of the event of a grant the pass ended on
+	// the proof of its holder's death ("" for none).
+	provenDead string
 }
 
 // startPass ensures the lock's Lease and starts a pass from it: the events

@@ -2,12 +2,15 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -63,44 +66,70 @@ const podUIDIndex = "frontdesk.podUID"
 // the lease.
 const deathRetention = 5 * time.Minute
 
-// deaths remembers the pods the watch showed deleted in a finished state,
-// with their ServiceAccount's username, on the controller's clock, for
-// deathRetention.
+// deaths remembers, by pod UID, the pods the watch showed finished: since
+// when (on the controller's clock), with their ServiceAccount's username,
+// and whether the watch then showed them deleted in that state. A finished
+// pod's note stays while the pod does, and deathRetention after its
+// deletion.
 type deaths struct {
 	mu sync.Mutex
 	of map[types.UID]death
 }
 
 type death struct {
-	user string
-	at   time.Time
+	user          string
+	finishedSince time.Time
+	deletedAt     *time.Time
 }
 
 func newDeaths() *deaths {
 	return &deaths{of: map[types.UID]death{}}
 }
 
-// note remembers, as of now, that pod was deleted finished, and forgets the
-// notes older than deathRetention.
-func (d *deaths) note(pod *corev1.Pod, now time.Time) {
+// sawFinished notes, as of now, that pod is finished, unless it was noted
+// before, and returns the note.
+func (d *deaths) sawFinished(pod *corev1.Pod, now time.Time) death {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if dd, ok := d.of[pod.UID]; ok {
+		return dd
+	}
+	d.of[pod.UID] = death{user: serviceAccountUser(pod), finishedSince: now}
+	return d.of[pod.UID]
+}
+
+// sawDeleted notes, as of now, that pod was deleted finished (proven
+// unless unknown: a tombstone, or a final state that was not finished,
+// which forgets the pod), and forgets the deletions older than
+// deathRetention.
+func (d *deaths) sawDeleted(pod *corev1.Pod, proven bool, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for uid, dd := range d.of {
-		if now.Sub(dd.at) > deathRetention {
+		if dd.deletedAt != nil && now.Sub(*dd.deletedAt) > deathRetention {
 			delete(d.of, uid)
 		}
 	}
-	d.of[pod.UID] = death{user: serviceAccountUser(pod), at: now}
+	if !proven {
+		delete(d.of, pod.UID)
+		return
+	}
+	dd, ok := d.of[pod.UID]
+	if !ok {
+		dd = death{user: serviceAccountUser(pod), finishedSince: now}
+	}
+	dd.deletedAt = &now
+	d.of[pod.UID] = dd
 }
 
-// deleted reports whether the pod with uid, of the ServiceAccount whose
-// principal user is user, was seen deleted finished within deathRetention
-// of now.
-func (d *deaths) deleted(uid types.UID, user string, now time.Time) bool {
+// deleted is the note of the pod with uid, of the ServiceAccount whose
+// principal user is user, if the watch showed it deleted finished within
+// deathRetention of now.
+func (d *deaths) deleted(uid types.UID, user string, now time.Time) (death, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	dd, ok := d.of[uid]
-	return ok && dd.user == user && now.Sub(dd.at) <= deathRetention
+	return dd, ok && dd.user == user && dd.deletedAt != nil && now.Sub(*dd.deletedAt) <= deathRetention
 }
 
 // serviceAccountUser is the principal user ("user=<username>") of pod's
@@ -114,9 +143,16 @@ func serviceAccountUser(pod *corev1.Pod) string {
 }
 
 // finished reports whether pod's stored state proves that no process of it
-// runs or will run again (see the proof "finished" above).
+// runs or will run again (see the proof "finished" above): its phase is
+// Succeeded or Failed as the kubelet set it (the kubelet among the
+// managers of status.phase: the pod garbage collector and other
+// controllers mark pods Failed without stopping anything), without the pod
+// garbage collector's DisruptionTarget, and every container the spec names
+// has a status of that name, terminated, for a reason other than
+// ContainerStatusUnknown (the kubelet's guess when its runtime lost the
+// container, not a report that it stopped).
 func finished(pod *corev1.Pod) bool {
-	if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+	if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed || !phaseSetBy(pod, kubeletManager) {
 		return false
 	}
 	for _, c := range pod.Status.Conditions {
@@ -124,53 +160,117 @@ func finished(pod *corev1.Pod) bool {
 			return false
 		}
 	}
-	return allTerminated(len(pod.Spec.InitContainers), pod.Status.InitContainerStatuses) &&
-		len(pod.Spec.Containers) > 0 && allTerminated(len(pod.Spec.Containers), pod.Status.ContainerStatuses) &&
-		allTerminated(len(pod.Spec.EphemeralContainers), pod.Status.EphemeralContainerStatuses)
+	ephemeral := make([]string, len(pod.Spec.EphemeralContainers))
+	for i, c := range pod.Spec.EphemeralContainers {
+		ephemeral[i] = c.Name
+	}
+	return len(pod.Spec.Containers) > 0 &&
+		allTerminated(containerNames(pod.Spec.InitContainers), pod.Status.InitContainerStatuses) &&
+		allTerminated(containerNames(pod.Spec.Containers), pod.Status.ContainerStatuses) &&
+		allTerminated(ephemeral, pod.Status.EphemeralContainerStatuses)
 }
 
-// allTerminated reports whether there is a status for each of n containers
-// and every status is terminated.
-func allTerminated(n int, statuses []corev1.ContainerStatus) bool {
-	if len(statuses) < n {
-		return false
+// kubeletManager is the field manager of the kubelet's status writes (its
+// user agent's first word).
+const kubeletManager = "kubelet"
+
+func containerNames(cs []corev1.Container) []string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Name
 	}
+	return names
+}
+
+// allTerminated reports whether each of names has a status and every
+// status is terminated, for a reason other than ContainerStatusUnknown.
+func allTerminated(names []string, statuses []corev1.ContainerStatus) bool {
 	for _, cs := range statuses {
-		if cs.State.Terminated == nil {
+		if t := cs.State.Terminated; t == nil || t.Reason == "ContainerStatusUnknown" {
+			return false
+		}
+	}
+	for _, name := range names {
+		if !slices.ContainsFunc(statuses, func(cs corev1.ContainerStatus) bool { return cs.Name == name }) {
 			return false
 		}
 	}
 	return true
 }
 
+// phaseSetBy reports whether manager is among the field managers of pod's
+// status.phase (its managedFields, as the apiserver keeps them).
+func phaseSetBy(pod *corev1.Pod, manager string) bool {
+	return slices.ContainsFunc(pod.ManagedFields, func(e metav1.ManagedFieldsEntry) bool {
+		return e.Manager == manager && OwnsPodPhase(e)
+	})
+}
+
+// OwnsPodPhase reports whether the managed-fields entry e owns a pod's
+// status.phase.
+func OwnsPodPhase(e metav1.ManagedFieldsEntry) bool {
+	if e.FieldsV1 == nil {
+		return false
+	}
+	var fields struct {
+		Status map[string]json.RawMessage `json:"f:status"`
+	}
+	if err := json.Unmarshal(e.FieldsV1.Raw, &fields); err != nil {
+		return false
+	}
+	_, ok := fields.Status["f:phase"]
+	return ok
+}
+
 // holderDeathProof is the proof that the pod whose token made the current
 // grant of the pass's Lease is dead, as a sentence for the event, and the
-// proof's name; "" when there is none, or the lock fails over by lease
-// only.
+// proof's name; "" when there is none, the lock fails over by lease only,
+// or the lease guard does not apply in the lock's namespace (then anyone
+// may write a principal). A grant whose record the controller first saw
+// after it first saw the pod finished is not judged dead: a renewal or a
+// grant with the pod's token after the pod finished came from outside the
+// pod, which lives.
 func (r *DistributedLockReconciler) holderDeathProof(ctx context.Context, p *pass) (why, proof string) {
-	l := p.state.lease
-	principal := l.Annotations[locksv1alpha1.HolderPrincipalAnnotation]
-	uid := lease.PrincipalPodUID(principal)
+	principal := p.state.lease.Annotations[locksv1alpha1.HolderPrincipalAnnotation]
+	uid, user := lease.PrincipalPodUID(principal), lease.PrincipalUser(principal)
 	if r.HolderPods == nil || !p.lock.FailsOverOnProof() || uid == "" {
 		return "", ""
 	}
-	user := lease.PrincipalUser(principal)
-	if r.deaths.deleted(types.UID(uid), user, p.now) {
-		return fmt.Sprintf("its pod (UID %s) was deleted after its kubelet reported every container terminated", uid), proofDeleted
+	if guarded, _, err := r.leaseGuardIn(ctx, p.lock.Namespace); err != nil || !guarded {
+		return "", ""
 	}
+	note, deleted := r.deaths.deleted(types.UID(uid), user, p.now)
+	switch {
+	case deleted:
+		why, proof = fmt.Sprintf("its pod (UID %s) was deleted after its kubelet reported it finished, every container terminated", uid), proofDeleted
+	default:
+		pod := r.holderPod(ctx, uid)
+		if pod == nil || serviceAccountUser(pod) != user || !finished(pod) {
+			return "", ""
+		}
+		note = r.deaths.sawFinished(pod, p.now)
+		why, proof = fmt.Sprintf("its pod %s is %s with every container terminated, as its kubelet reported", klog.KObj(pod), pod.Status.Phase), proofFinished
+	}
+	if p.obs.ObservedAt.After(note.finishedSince) {
+		ctrl.LoggerFrom(ctx).V(1).Info("the grant's record was first seen after its pod finished: waiting out the lease", "uid", uid)
+		return "", ""
+	}
+	return why, proof
+}
+
+// holderPod is the pod with uid in the HolderPods cache, or nil.
+func (r *DistributedLockReconciler) holderPod(ctx context.Context, uid string) *corev1.Pod {
 	var pods corev1.PodList
 	if err := r.HolderPods.List(ctx, &pods, client.MatchingFields{podUIDIndex: uid}); err != nil {
 		ctrl.LoggerFrom(ctx).V(1).Info("could not read the holder's pod: waiting out the lease", "uid", uid, "error", err.Error())
-		return "", ""
+		return nil
 	}
 	for i := range pods.Items {
-		pod := &pods.Items[i]
-		if string(pod.UID) == uid && serviceAccountUser(pod) == user && finished(pod) {
-			return fmt.Sprintf("its pod %s is %s with every container terminated, as its kubelet reported", klog.KObj(pod), pod.Status.Phase),
-				proofFinished
+		if string(pods.Items[i].UID) == uid {
+			return &pods.Items[i]
 		}
 	}
-	return "", ""
+	return nil
 }
 
 // indexLeasesByHolderPod indexes the cached Leases by the pod UID of their
@@ -199,43 +299,50 @@ func (r *DistributedLockReconciler) indexPodsByUID(ctx context.Context) error {
 	return nil
 }
 
-// holderPodEvents maps the events of the HolderPods cache that prove a
-// pod dead to the locks whose current grant that pod's token made, and
-// notes the deletions that prove it (deaths).
+// holderPodEvents notes the pods the HolderPods cache shows finished, and
+// deleted finished (deaths), and maps those events to the locks whose
+// current grant that pod's token made.
 func (r *DistributedLockReconciler) holderPodEvents() handler.EventHandler {
 	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
-	enqueue := func(ctx context.Context, obj client.Object, q queue) {
-		var leases coordinationv1.LeaseList
-		if err := r.List(ctx, &leases, client.MatchingFields{holderPodUIDIndex: string(obj.GetUID())}); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "listing leases held by a pod", "pod", klog.KObj(obj))
-			return
-		}
-		for i := range leases.Items {
-			for _, req := range r.locksForLease(ctx, &leases.Items[i]) {
-				q.Add(req)
-			}
-		}
-	}
-	isFinished := func(obj client.Object) bool {
+	seen := func(ctx context.Context, obj client.Object, q queue) {
 		pod, ok := obj.(*corev1.Pod)
-		return ok && finished(pod)
+		if ok && finished(pod) {
+			r.deaths.sawFinished(pod, r.Clock.Now())
+			r.enqueueHeldBy(ctx, pod, q)
+		}
 	}
 	return handler.Funcs{
-		CreateFunc: func(ctx context.Context, e event.CreateEvent, q queue) {
-			if isFinished(e.Object) {
-				enqueue(ctx, e.Object, q)
-			}
-		},
-		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) {
-			if isFinished(e.ObjectNew) && !isFinished(e.ObjectOld) {
-				enqueue(ctx, e.ObjectNew, q)
-			}
-		},
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q queue) { seen(ctx, e.Object, q) },
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) { seen(ctx, e.ObjectNew, q) },
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
-			if pod, ok := e.Object.(*corev1.Pod); ok && !e.DeleteStateUnknown && finished(pod) {
-				r.deaths.note(pod, r.Clock.Now())
-				enqueue(ctx, e.Object, q)
+			pod, ok := e.Object.(*corev1.Pod)
+			if !ok {
+				return
+			}
+			proven := !e.DeleteStateUnknown && finished(pod)
+			r.deaths.sawDeleted(pod, proven, r.Clock.Now())
+			if proven {
+				r.enqueueHeldBy(ctx, pod, q)
 			}
 		},
+	}
+}
+
+// enqueueHeldBy queues the locks whose current grant pod's token made.
+func (r *DistributedLockReconciler) enqueueHeldBy(ctx context.Context, pod *corev1.Pod, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	var leases coordinationv1.LeaseList
+	if err := r.List(ctx, &leases, client.MatchingFields{holderPodUIDIndex: string(pod.UID)}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing leases held by a pod", "pod", klog.KObj(pod))
+		return
+	}
+	for i := range leases.Items {
+		locks, err := r.locksBackedBy(ctx, &leases.Items[i])
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "listing locks for lease", "lease", klog.KObj(&leases.Items[i]))
+			continue
+		}
+		for j := range locks {
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&locks[j])})
+		}
 	}
 }

@@ -8,11 +8,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// finishedPod is a pod of the given phase whose one application container
-// has the given state.
+// phaseBy is the managed-fields entry of manager's status write that set
+// the phase.
+func phaseBy(manager string) metav1.ManagedFieldsEntry {
+	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status",
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:containerStatuses":{},"f:phase":{}}}`)}}
+}
+
+// finishedPod is a pod of the given phase, as the kubelet set it, whose one
+// application container has the given state.
 func finishedPod(phase corev1.PodPhase, state corev1.ContainerState) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "ns", UID: "u1"},
+		ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "ns", UID: "u1",
+			ManagedFields: []metav1.ManagedFieldsEntry{
+				{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate,
+					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{}}}`)}},
+				phaseBy("kubelet"),
+			}},
 		Spec:       corev1.PodSpec{ServiceAccountName: "app", Containers: []corev1.Container{{Name: "app"}}},
 		Status: corev1.PodStatus{Phase: phase,
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", State: state}}},
@@ -51,6 +63,35 @@ func TestFinishedIsOnlyTheKubeletsReportOfATerminalPod(t *testing.T) {
 			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "TerminationByKubelet"}}
 			return p
 		}, true},
+		{"Failed as the pod garbage collector set it, over the kubelet's terminated statuses", func() *corev1.Pod {
+			p := finishedPod(corev1.PodFailed, terminated)
+			p.ManagedFields = []metav1.ManagedFieldsEntry{phaseBy("PodGC")}
+			return p
+		}, false},
+		{"Failed with no record of who set the phase", func() *corev1.Pod {
+			p := finishedPod(corev1.PodFailed, terminated)
+			p.ManagedFields = nil
+			return p
+		}, false},
+		{"the kubelet manages the status but not the phase", func() *corev1.Pod {
+			p := finishedPod(corev1.PodFailed, terminated)
+			p.ManagedFields = []metav1.ManagedFieldsEntry{phaseBy("PodGC"), {Manager: "kubelet", Subresource: "status",
+				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:containerStatuses":{}}}`)}}}
+			return p
+		}, false},
+		{"the kubelet and another manager share the phase", func() *corev1.Pod {
+			p := finishedPod(corev1.PodFailed, terminated)
+			p.ManagedFields = append(p.ManagedFields, phaseBy("PodGC"))
+			return p
+		}, true},
+		{"terminated as ContainerStatusUnknown (the kubelet's guess)", func() *corev1.Pod {
+			return finishedPod(corev1.PodFailed, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "ContainerStatusUnknown"}})
+		}, false},
+		{"a status for another container than the spec's", func() *corev1.Pod {
+			p := finishedPod(corev1.PodFailed, terminated)
+			p.Status.ContainerStatuses[0].Name = "other"
+			return p
+		}, false},
 		{"a second container without a status", func() *corev1.Pod {
 			p := finishedPod(corev1.PodFailed, terminated)
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "sidecar"})
@@ -104,27 +145,42 @@ func TestDeathsAreRememberedForTheirPodsServiceAccountAndForAWhile(t *testing.T)
 	d := newDeaths()
 	pod := finishedPod(corev1.PodFailed, terminated)
 	user := "user=system:serviceaccount:ns:app"
-	if d.deleted(pod.UID, user, start) {
+	if _, ok := d.deleted(pod.UID, user, start); ok {
 		t.Fatal("a pod never seen deleted is proven dead")
 	}
-	d.note(pod, start)
-	if !d.deleted(pod.UID, user, start.Add(deathRetention)) {
-		t.Error("a pod seen deleted finished is not proven dead within the retention")
+	if got := d.sawFinished(pod, start); got.finishedSince != start {
+		t.Errorf("finished since %v, want %v", got.finishedSince, start)
 	}
-	if d.deleted(pod.UID, "user=system:serviceaccount:ns:other", start) {
+	if got := d.sawFinished(pod, start.Add(time.Minute)); got.finishedSince != start {
+		t.Errorf("a second sighting moved finished-since to %v, want the first, %v", got.finishedSince, start)
+	}
+	if _, ok := d.deleted(pod.UID, user, start); ok {
+		t.Error("a finished pod not deleted is proven deleted")
+	}
+	deletedAt := start.Add(2 * time.Minute)
+	d.sawDeleted(pod, true, deletedAt)
+	if got, ok := d.deleted(pod.UID, user, deletedAt.Add(deathRetention)); !ok || got.finishedSince != start {
+		t.Errorf("a pod seen deleted finished: %+v, %v; want proven, finished since %v", got, ok, start)
+	}
+	if _, ok := d.deleted(pod.UID, "user=system:serviceaccount:ns:other", deletedAt); ok {
 		t.Error("a death is proven for a principal of another ServiceAccount")
 	}
-	if d.deleted("u2", user, start) {
+	if _, ok := d.deleted("u2", user, deletedAt); ok {
 		t.Error("a death is proven for another UID")
 	}
-	if d.deleted(pod.UID, user, start.Add(deathRetention+time.Second)) {
+	if _, ok := d.deleted(pod.UID, user, deletedAt.Add(deathRetention+time.Second)); ok {
 		t.Error("a death is still proven after the retention")
 	}
 	other := finishedPod(corev1.PodFailed, terminated)
 	other.UID = "u3"
-	d.note(other, start.Add(deathRetention+time.Second))
+	d.sawDeleted(other, false, deletedAt.Add(deathRetention+time.Second))
 	if _, kept := d.of[pod.UID]; kept {
-		t.Error("a note older than the retention was not forgotten when another was taken")
+		t.Error("a deletion older than the retention was not forgotten when another was noted")
+	}
+	d.sawFinished(other, start)
+	d.sawDeleted(other, false, start)
+	if _, kept := d.of[other.UID]; kept {
+		t.Error("a pod deleted without proof (a tombstone) is still noted finished")
 	}
 	defaulted := finishedPod(corev1.PodFailed, terminated)
 	defaulted.Spec.ServiceAccountName = ""

@@ -44,6 +44,9 @@ type statusInput struct {
 	now         time.Time
 	// highWater is the highest token seen in any event of the lock's Lease.
 	highWater int64
+	// provenDead is the note of the event of a grant the pass ended on the
+	// proof of its holder's death, "" when it did not.
+	provenDead string
 }
 
 // statusResult is the derived status, the events the change implies, and
@@ -169,6 +172,9 @@ func lapsedMessage(in statusInput, rec lease.Record) string {
 	who := "its holder"
 	if old.Holder != "" && old.FencingToken == rec.Token {
 		who = old.Holder
+	}
+	if in.provenDead != "" {
+		return in.provenDead + ": the lock is free"
 	}
 	return fmt.Sprintf("the grant of %s (fencing token %d) was not renewed within its lease, as observed by the controller, "+
 		"which ended it: the lock is free", who, rec.Token)

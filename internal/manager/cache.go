@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
+	"github.com/frontdesk-dev/frontdesk/controllers"
 )
 
 // cacheOptions keeps the informer cache to what the controller reads, so
@@ -35,7 +36,7 @@ func cacheOptions() cache.Options {
 }
 
 // slimStatuses are the container statuses with only each one's name, and
-// whether it runs (since when) or terminated (its exit code).
+// whether it runs (since when) or terminated (its exit code and reason).
 func slimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 	if in == nil {
 		return nil
@@ -47,7 +48,7 @@ func slimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 			out[i].State.Running = &corev1.ContainerStateRunning{StartedAt: r.StartedAt}
 		}
 		if t := cs.State.Terminated; t != nil {
-			out[i].State.Terminated = &corev1.ContainerStateTerminated{ExitCode: t.ExitCode}
+			out[i].State.Terminated = &corev1.ContainerStateTerminated{ExitCode: t.ExitCode, Reason: t.Reason}
 		}
 	}
 	return out
@@ -61,8 +62,8 @@ func mustRequirement(key string, op selection.Operator, values ...string) labels
 	return *r
 }
 
-// slimPod is the cache transform for pods: it keeps the metadata (without
-// managedFields), status.phase and status.conditions, the spec's nodeName,
+// slimPod is the cache transform for pods: it keeps the metadata (of
+// managedFields, only who set status.phase: phaseManagers), status.phase and status.conditions, the spec's nodeName,
 // schedulingGates and serviceAccountName (whose access to a lock the
 // controller checks before it admits a pod), and of each container its
 // name and whether its status (and each init container's) says it started
@@ -77,7 +78,7 @@ func slimPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	pod.ManagedFields = nil
+	pod.ManagedFields = phaseManagers(pod)
 	containers := make([]corev1.Container, len(pod.Spec.Containers))
 	for i, c := range pod.Spec.Containers {
 		containers[i] = corev1.Container{Name: c.Name}
@@ -104,6 +105,7 @@ func holderPodCacheOptions(scheme *runtime.Scheme, mapper meta.RESTMapper, httpC
 
 // holderPod is the cache transform of the holder-pod cache: of a pod it
 // keeps its name, namespace, UID, resourceVersion and deletion timestamp,
+// who set its phase (phaseManagers),
 // its ServiceAccount, the names of its containers (init, application,
 // ephemeral), its phase, its DisruptionTarget condition, and whether each
 // container's status says it runs or terminated; no labels, annotations
@@ -117,7 +119,7 @@ func holderPod(obj any) (any, error) {
 	slim := &corev1.Pod{
 		TypeMeta: pod.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
-			ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp},
+			ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp, ManagedFields: phaseManagers(pod)},
 		Spec: corev1.PodSpec{ServiceAccountName: pod.Spec.ServiceAccountName,
 			InitContainers:      make([]corev1.Container, len(pod.Spec.InitContainers)),
 			Containers:          make([]corev1.Container, len(pod.Spec.Containers)),
@@ -142,4 +144,21 @@ func holderPod(obj any) (any, error) {
 		}
 	}
 	return slim, nil
+}
+
+// phaseFields is what phaseManagers keeps of a managed-fields entry.
+var phaseFields = &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:phase":{}}}`)}
+
+// phaseManagers are the entries of pod's managedFields that own
+// status.phase, each with only that field: the controller proves a pod
+// finished only if the kubelet set its phase.
+func phaseManagers(pod *corev1.Pod) []metav1.ManagedFieldsEntry {
+	var out []metav1.ManagedFieldsEntry
+	for _, e := range pod.ManagedFields {
+		if controllers.OwnsPodPhase(e) {
+			out = append(out, metav1.ManagedFieldsEntry{Manager: e.Manager, Operation: e.Operation, Subresource: e.Subresource,
+				FieldsType: e.FieldsType, FieldsV1: phaseFields})
+		}
+	}
+	return out
 }

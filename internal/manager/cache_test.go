@@ -24,15 +24,21 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "app:1", ContainerID: "c1",
 				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error", Message: "long"}}}}},
 	}
-	full.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+	full.ManagedFields = []metav1.ManagedFieldsEntry{
+		{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{}}}`)}},
+		{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status",
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:containerStatuses":{},"f:phase":{}}}`)}},
+	}
 
 	got, err := slimPod(full)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pod := got.(*corev1.Pod)
+	meta.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status",
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:phase":{}}}`)}}}
 	if !apiequality.Semantic.DeepEqual(pod.ObjectMeta, meta) {
-		t.Errorf("metadata changed beyond managedFields:\n got %+v\nwant %+v", pod.ObjectMeta, meta)
+		t.Errorf("metadata changed beyond managedFields (of which only who set the phase stays):\n got %+v\nwant %+v", pod.ObjectMeta, meta)
 	}
 	if pod.Status.Phase != corev1.PodRunning || !apiequality.Semantic.DeepEqual(pod.Status.Conditions, ready) {
 		t.Errorf("status = %+v, want phase Running and the Ready condition", pod.Status)
@@ -42,9 +48,9 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 	if !apiequality.Semantic.DeepEqual(pod.Spec, want) || pod.Status.PodIP != "" || pod.Status.HostIP != "" {
 		t.Errorf("spec %+v (but nodeName, schedulingGates, serviceAccountName and container names) and status %+v should be dropped", pod.Spec, pod.Status)
 	}
-	wantStatuses := []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2}}}}
+	wantStatuses := []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error"}}}}
 	if !apiequality.Semantic.DeepEqual(pod.Status.ContainerStatuses, wantStatuses) {
-		t.Errorf("container statuses %+v, want each container's name and whether it terminated", pod.Status.ContainerStatuses)
+		t.Errorf("container statuses %+v, want each container's name and whether it terminated (exit code and reason)", pod.Status.ContainerStatuses)
 	}
 }
 
@@ -108,12 +114,18 @@ func TestCacheIsScopedToFrontdeskObjects(t *testing.T) {
 func TestHolderPodKeepsWhatTheProofReads(t *testing.T) {
 	gc := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByPodGC", Message: "long"}
 	terminated := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}
+	phase := func(manager string) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status",
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:phase":{}}}`)}}
+	}
 	full := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "shop", UID: "u1", ResourceVersion: "9",
-			Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a": "b"}, DeletionTimestamp: &metav1.Time{}},
+			Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a": "b"}, DeletionTimestamp: &metav1.Time{},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}},
+				phase("kubelet"), phase("PodGC")}},
 		Spec: corev1.PodSpec{NodeName: "n1", ServiceAccountName: "billing",
-			InitContainers: []corev1.Container{{Name: "setup", Image: "i"}},
-			Containers:     []corev1.Container{{Name: "app", Image: "app:1"}},
+			InitContainers:      []corev1.Container{{Name: "setup", Image: "i"}},
+			Containers:          []corev1.Container{{Name: "app", Image: "app:1"}},
 			EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "d"}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodFailed, PodIP: "10.0.0.1",
 			Conditions:                 []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}, gc},
@@ -125,9 +137,10 @@ func TestHolderPodKeepsWhatTheProofReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slimTerminated := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137}}
+	slimTerminated := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}
 	want := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "shop", UID: "u1", ResourceVersion: "9", DeletionTimestamp: &metav1.Time{}},
+		ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "shop", UID: "u1", ResourceVersion: "9", DeletionTimestamp: &metav1.Time{},
+			ManagedFields: []metav1.ManagedFieldsEntry{phase("kubelet"), phase("PodGC")}},
 		Spec: corev1.PodSpec{ServiceAccountName: "billing", InitContainers: []corev1.Container{{Name: "setup"}},
 			Containers:          []corev1.Container{{Name: "app"}},
 			EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug"}}}},

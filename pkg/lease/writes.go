@@ -204,11 +204,26 @@ func BreakPatch(current *coordinationv1.Lease) (*Patch, error) {
 // token kept, and LapsedAnnotation names the token whose grant lapsed.
 func LapsePatch(current *coordinationv1.Lease) *Patch {
 	p := &Patch{}
+	lapse(p, current)
+	return p
+}
+
+// ProvenDeadPatch is LapsePatch for a grant the controller ends because the
+// pod its principal names is proven dead: it also tests that principal
+// (HolderPrincipalAnnotation), the one the proof is of.
+func ProvenDeadPatch(current *coordinationv1.Lease) *Patch {
+	p := &Patch{}
+	p.Test(AnnotationPath(locksv1alpha1.HolderPrincipalAnnotation), current.Annotations[locksv1alpha1.HolderPrincipalAnnotation])
+	lapse(p, current)
+	return p
+}
+
+// lapse adds to p the tests and writes of LapsePatch.
+func lapse(p *Patch, current *coordinationv1.Lease) {
 	testGrant(p, current)
 	p.Test(pathRenew, current.Spec.RenewTime)
 	clearGrant(p, current)
 	p.Set(AnnotationPath(locksv1alpha1.LapsedAnnotation), strconv.FormatInt(int64(ptr.Deref(current.Spec.LeaseTransitions, 0)), 10))
-	return p
 }
 
 // RemovePlacesPatch removes the places with the given tickets (those the

@@ -307,3 +307,24 @@ func TestTokenEpochs(t *testing.T) {
 		t.Errorf("a malformed epoch: token %d", Token(bad))
 	}
 }
+
+func TestProvenDeadPatchEndsOnlyTheGrantOfThePrincipalJudged(t *testing.T) {
+	held := lockLease("a", 4)
+	if held.Annotations == nil {
+		held.Annotations = map[string]string{}
+	}
+	held.Annotations[locksv1alpha1.HolderPrincipalAnnotation] = "pod=u1 user=system:serviceaccount:ns:app"
+	out := mustApply(t, held, ProvenDeadPatch(held))
+	if !Lapsed(out) || Holder(out) != "" || out.Annotations[locksv1alpha1.HolderPrincipalAnnotation] != "" {
+		t.Fatalf("not ended as lapsed, its principal cleared: holder %q, %v", Holder(out), out.Annotations)
+	}
+	other := held.DeepCopy()
+	other.Annotations[locksv1alpha1.HolderPrincipalAnnotation] = "pod=u2 user=system:serviceaccount:ns:app"
+	if _, err := apply(other, ProvenDeadPatch(held)); err == nil {
+		t.Error("ended a grant bound to another principal than the one judged")
+	}
+	renewed := mustApply(t, held, RenewPatch(held, now))
+	if _, err := apply(renewed, ProvenDeadPatch(held)); err == nil {
+		t.Error("ended a grant renewed since it was judged")
+	}
+}

@@ -27,6 +27,15 @@ const (
 	proofBound = 5 * time.Second
 )
 
+// proofLock is the lock "billing" of the failover tests, with the given
+// spec.failover, in a namespace where the lease guard is enforced; it
+// returns the namespace.
+func proofLock(t *testing.T, failover locksv1alpha1.Failover) string {
+	t.Helper()
+	return guardedLockOf(t, testutil.MakeLock("billing", guardedNamespace(t)).LeaseDuration(int32(proofLease/time.Second)).
+		Failover(failover).Obj())
+}
+
 // A holder frozen in a pod: it acquired with a token bound to its pod and
 // renews no more (as a dead process would not).
 func frozenPodHolder(t *testing.T, p participant, lockName string) *lock.Grant {
@@ -68,8 +77,16 @@ func nextWaiter(t *testing.T, p participant, lockName string) <-chan *lock.Grant
 }
 
 // writePodStatus writes pod's status as its kubelet would (the test
-// control plane runs none): phase, and one state for every container.
+// control plane runs none; field manager kubelet): phase, and one state for
+// every container.
 func writePodStatus(t *testing.T, pod *corev1.Pod, phase corev1.PodPhase, state corev1.ContainerState, conditions ...corev1.PodCondition) {
+	t.Helper()
+	writePodStatusAs(t, "kubelet", pod, phase, state, conditions...)
+}
+
+// writePodStatusAs is writePodStatus by the field manager manager.
+func writePodStatusAs(t *testing.T, manager string, pod *corev1.Pod, phase corev1.PodPhase, state corev1.ContainerState,
+	conditions ...corev1.PodCondition) {
 	t.Helper()
 	ctx := context.Background()
 	cur, err := clientset.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
@@ -81,7 +98,7 @@ func writePodStatus(t *testing.T, pod *corev1.Pod, phase corev1.PodPhase, state 
 	for _, c := range cur.Spec.Containers {
 		cur.Status.ContainerStatuses = append(cur.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image, State: state})
 	}
-	if _, err := clientset.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+	if _, err := clientset.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{FieldManager: manager}); err != nil {
 		t.Fatalf("writing the status of pod %s: %v", pod.Name, err)
 	}
 }
@@ -109,8 +126,7 @@ func TestProvenDeadHolderFailsOverAtOnce(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := newNamespace(t)
-			createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(int32(proofLease/time.Second)).Obj())
+			ns := proofLock(t, "")
 			holder := podParticipant(t, ns, "app", "holder")
 			held := frozenPodHolder(t, holder, "billing")
 			next := nextWaiter(t, podParticipant(t, ns, "app", "waiter"), "billing")
@@ -163,6 +179,15 @@ func TestWhatIsNotProofWaitsOutTheLease(t *testing.T) {
 		{"Failed and terminated, marked by the pod garbage collector", "", func(t *testing.T, p participant) {
 			writePodStatus(t, p.pod, corev1.PodFailed, killed, gcMark)
 		}},
+		{"Failed over the kubelet's terminated statuses by another manager (the pod garbage collector on an out-of-service node)", "",
+			func(t *testing.T, p participant) {
+				writePodStatus(t, p.pod, corev1.PodRunning, killed)
+				writePodStatusAs(t, "kube-controller-manager", p.pod, corev1.PodFailed, killed)
+			}},
+		{"terminated as ContainerStatusUnknown (the kubelet's guess after its runtime lost the container)", "", func(t *testing.T, p participant) {
+			writePodStatus(t, p.pod, corev1.PodFailed, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 137, Reason: "ContainerStatusUnknown", FinishedAt: metav1.Now()}})
+		}},
 		{"a container terminated in a pod still Running (a restart may follow)", "", func(t *testing.T, p participant) {
 			writePodStatus(t, p.pod, corev1.PodRunning, killed)
 		}},
@@ -175,8 +200,7 @@ func TestWhatIsNotProofWaitsOutTheLease(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := newNamespace(t)
-			createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(int32(proofLease/time.Second)).Failover(tc.failover).Obj())
+			ns := proofLock(t, tc.failover)
 			holder := podParticipant(t, ns, "app", "holder")
 			held := frozenPodHolder(t, holder, "billing")
 			next := nextWaiter(t, podParticipant(t, ns, "app", "waiter"), "billing")
@@ -203,8 +227,7 @@ func expectStillHeld(t *testing.T, ns, lockName string, held *lock.Grant, next <
 // a pod of the same ServiceAccount finishes: the grant was made with a
 // token bound to no pod.
 func TestAGrantOfNoPodIsNotEndedByAPodsDeath(t *testing.T) {
-	ns := newNamespace(t)
-	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(int32(proofLease/time.Second)).Obj())
+	ns := proofLock(t, "")
 	other := podParticipant(t, ns, "app", "other")
 	user := lockUserConfig(t, ns, "system:serviceaccount:"+ns+":app")
 	c, err := lock.New(user, lock.Config{Namespace: ns, Name: "billing", Identity: podIdentity(other.pod, "unbound"), RenewInterval: time.Hour})
@@ -225,9 +248,8 @@ func TestAGrantOfNoPodIsNotEndedByAPodsDeath(t *testing.T) {
 // can make another's holder look dead. (Deleting the pod, which edit may,
 // really kills it, gracefully; a force deletion is no proof, above.)
 func TestParticipantsCannotForgeAProof(t *testing.T) {
-	ns := newNamespace(t)
+	ns := proofLock(t, "")
 	ctx := context.Background()
-	createReadyLock(t, testutil.MakeLock("billing", ns).LeaseDuration(int32(proofLease/time.Second)).Obj())
 	victim := podParticipant(t, ns, "victim", "victim")
 	held := frozenPodHolder(t, victim, "billing")
 	next := nextWaiter(t, podParticipant(t, ns, "app", "waiter"), "billing")

@@ -102,8 +102,17 @@ func guardedLock(t *testing.T, name string, leaseSeconds int32) string {
 // guardedLockIn is guardedLock in namespace ns.
 func guardedLockIn(t *testing.T, ns, name string, leaseSeconds int32) string {
 	t.Helper()
-	createReadyLock(t, &locksv1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+	return guardedLockOf(t, &locksv1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: locksv1alpha1.DistributedLockSpec{LeaseDurationSeconds: leaseSeconds}})
+}
+
+// guardedLockOf creates lock, in a namespace of guardedNamespace, and
+// waits until the lease guard is enforced on its Lease; it returns the
+// namespace.
+func guardedLockOf(t *testing.T, lock *locksv1alpha1.DistributedLock) string {
+	t.Helper()
+	ns, name := lock.Namespace, lock.Name
+	createReadyLock(t, lock)
 	probe := newParticipant(t, ns, "probe", "")
 	leases := probe.clientset().CoordinationV1().Leases(ns)
 	eventually(t, 15*time.Second, func(g Gomega) {
