@@ -149,7 +149,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding health check: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("readyz", readyWhenCacheSynced(mgr)); err != nil {
+	if err := mgr.AddReadyzCheck("readyz", readyWhenCacheSynced(mgr.GetCache(), holderPods)); err != nil {
 		return nil, fmt.Errorf("adding readiness check: %w", err)
 	}
 	return mgr, nil
@@ -194,13 +194,16 @@ func warnIfUnguarded(ctx context.Context, cfg *rest.Config) {
 }
 
 // readyWhenCacheSynced reports ready once the informer caches the controller
-// reads from (locks and Leases) have synced.
-func readyWhenCacheSynced(mgr ctrl.Manager) healthz.Checker {
+// reads from (locks, Leases, participant pods; every pod, for proofs of a
+// holder's death) have synced.
+func readyWhenCacheSynced(caches ...cache.Cache) healthz.Checker {
 	return func(req *http.Request) error {
 		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
 		defer cancel()
-		if !mgr.GetCache().WaitForCacheSync(ctx) {
-			return fmt.Errorf("informer caches not synced")
+		for _, c := range caches {
+			if !c.WaitForCacheSync(ctx) {
+				return fmt.Errorf("informer caches not synced")
+			}
 		}
 		return nil
 	}
