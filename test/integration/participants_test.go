@@ -517,11 +517,17 @@ func electorResourceLock(t *testing.T, ns string, p participant, stock bool) res
 }
 
 // runLeaderUntil runs a client-go elector on lk until ctx ends, telling
-// leaders when it leads.
+// leaders when it leads; its LeaseDuration is 2s, the lock's.
 func runLeaderUntil(ctx context.Context, t *testing.T, lk resourcelock.Interface, leaders chan<- string, name string) {
+	runLeaderFor(ctx, t, lk, 2*time.Second, leaders, name)
+}
+
+// runLeaderFor is runLeaderUntil with the elector's LeaseDuration (the
+// guard refuses a grant whose duration is not the lock's).
+func runLeaderFor(ctx context.Context, t *testing.T, lk resourcelock.Interface, leaseDuration time.Duration, leaders chan<- string, name string) {
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:          lk,
-		LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 200 * time.Millisecond,
+		LeaseDuration: leaseDuration, RenewDeadline: time.Second, RetryPeriod: 200 * time.Millisecond,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(context.Context) { leaders <- name },
 			OnStoppedLeading: func() {},
