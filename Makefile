@@ -370,7 +370,7 @@ bench: manifests generate k8s-binaries ## Lock latencies, then frontdesk vs etcd
 # `make bench-doc`: the flags of each of its two runs of the bench, and of
 # the guard's price that follows each (BENCH_DOC_GUARD_PRICE=off leaves it
 # out); the reports go to BENCH_DOC_DIR.
-BENCH_DOC_FLAGS ?= --iterations 300 --handoffs 100 --handoff-rounds 2 --waiters 1,50,200 --crowds 20 --failover-trials 10 --admission ""
+BENCH_DOC_FLAGS ?= --iterations 300 --handoffs 100 --handoff-rounds 2 --waiters 1,50,200 --crowds 20 --failover-trials 10 --proof-trials 10 --admission ""
 BENCH_DOC_PRICE_FLAGS ?= --price-iterations 100 --price-handoffs 30 --price-throughput 1s --price-throughput-rounds 4
 BENCH_DOC_GUARD_PRICE ?= on
 BENCH_DOC_DIR ?= $(LOCALBIN)/bench-doc

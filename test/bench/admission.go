@@ -215,23 +215,9 @@ func (a *admissionRun) createPod(ctx context.Context) error {
 // terminated, exit code 0 (the controller ends the grant at once only on
 // that proof).
 func (a *admissionRun) succeed(ctx context.Context, name string) error {
-	pods := a.cs.CoreV1().Pods(namespace)
-	pod, err := pods.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("reading pod %s: %w", name, err)
-	}
-	pod.Status.Phase = corev1.PodSucceeded
-	pod.Status.ContainerStatuses = nil
-	for _, c := range pod.Spec.Containers {
-		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: metav1.Now()}},
-		})
-	}
-	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("reporting pod %s Succeeded: %w", name, err)
-	}
-	return nil
+	_, err := reportFinished(ctx, a.cs, name, corev1.PodSucceeded,
+		corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: metav1.Now()})
+	return err
 }
 
 // nextUngated waits until the watch shows a pod, not seen before, without

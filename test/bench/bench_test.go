@@ -174,13 +174,15 @@ func TestCostShortRun(t *testing.T) {
 	}
 }
 
-// A short side-by-side run: every system measured, failover included.
+// A short side-by-side run: every system measured, failover included, and
+// frontdesk's failover on proof beside its failover after the lease.
 func TestPeersShortRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	rows, err := RunPeers(ctx, PeersOptions{TTL: 2 * time.Second, Iterations: 10, Throughput: 500 * time.Millisecond,
-		Locks: []int{1, 3}, Handoffs: 5, FailoverTrials: 1, HolderCommand: []string{os.Args[0]}, HolderEnv: []string{holderEnv + "=1"}}, &out)
+	opts := PeersOptions{TTL: 2 * time.Second, Iterations: 10, Throughput: 500 * time.Millisecond, Locks: []int{1, 3}, Handoffs: 5,
+		FailoverTrials: 1, ProofTrials: 2, HolderCommand: []string{os.Args[0]}, HolderEnv: []string{holderEnv + "=1"}}
+	rows, err := RunPeers(ctx, opts, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -199,6 +201,29 @@ func TestPeersShortRun(t *testing.T) {
 		if r.System != "raw Lease CAS" && (len(r.Handoff.Samples) == 0 || len(r.Failover.Samples) != 1 || r.Failover.Samples[0] <= 0) {
 			t.Errorf("%s: handoff %d samples, failover %v", r.System, len(r.Handoff.Samples), r.Failover.Samples)
 		}
+		if r.System != "frontdesk" && len(r.ProofFailover.Samples) != 0 {
+			t.Errorf("%s: failover on proof %v, measured for frontdesk only", r.System, r.ProofFailover.Samples)
+		}
+	}
+	expectProofBelowLease(t, rows[1], opts, out.String())
+}
+
+// expectProofBelowLease checks frontdesk's failover on proof: every trial
+// measured (each checked the proof ended the grant: proofFailoverOnce), and
+// the slowest below both the TTL and the failover after the lease. Not a
+// timing of the machine: a grant that waited out the lease would be above.
+func expectProofBelowLease(t *testing.T, fd PeerRow, opts PeersOptions, out string) {
+	t.Helper()
+	proof := fd.ProofFailover
+	if fd.System != "frontdesk" || len(proof.Samples) != opts.ProofTrials || proof.Percentile(50) <= 0 || len(fd.Failover.Samples) == 0 {
+		t.Fatalf("%s: failover on proof %v (want %d trials), after the lease %v", fd.System, proof.Samples, opts.ProofTrials, fd.Failover.Samples)
+	}
+	if slowest := proof.Percentile(100); slowest >= opts.TTL || slowest >= fd.Failover.Percentile(0) {
+		t.Errorf("failover on proof %v: not below the TTL (%s) and the failover after the lease (%v)", proof.Samples, opts.TTL, fd.Failover.Samples)
+	}
+	t.Logf("frontdesk failover on proof %v, after the lease %v (TTL %s)", proof.Samples, fd.Failover.Samples, opts.TTL)
+	if !strings.Contains(out, "frontdesk failover on proof") {
+		t.Errorf("no failover on proof line:\n%s", out)
 	}
 }
 

@@ -272,10 +272,7 @@ func setupGuardPrice(ctx context.Context, env *localrun.Environment, admin kuber
 	if err != nil {
 		return sides, err
 	}
-	if err := createShipped(ctx, env, filepath.Join(root, "config", "rbac", "lock_user_role.yaml"), func(o *unstructured.Unstructured) bool {
-		o.SetName("frontdesk-" + o.GetName()) // config/default's namePrefix
-		return true
-	}); err != nil {
+	if err := createLockUserRole(ctx, env); err != nil {
 		return sides, err
 	}
 	names := []string{"solo", "probe"}
@@ -374,40 +371,75 @@ func createShipped(ctx context.Context, env *localrun.Environment, path string, 
 	return nil
 }
 
+// createLockUserRole creates the shipped frontdesk-lock-user ClusterRole
+// (config/rbac, named as config/default names it).
+func createLockUserRole(ctx context.Context, env *localrun.Environment) error {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return err
+	}
+	return createShipped(ctx, env, filepath.Join(root, "config", "rbac", "lock_user_role.yaml"), func(o *unstructured.Unstructured) bool {
+		o.SetName("frontdesk-" + o.GetName()) // config/default's namePrefix
+		return true
+	})
+}
+
+// bindLockUser creates ServiceAccount sa in ns and binds the shipped
+// frontdesk-lock-user ClusterRole to it (createLockUserRole), as a
+// workload's RoleBinding does (config/samples/lock_user_rolebinding.yaml).
+func bindLockUser(ctx context.Context, admin kubernetes.Interface, ns, sa string) error {
+	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}},
+		metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating ServiceAccount %s/%s: %w", ns, sa, err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "lock-user-"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "frontdesk-lock-user"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("binding frontdesk-lock-user to %s/%s: %w", ns, sa, err)
+	}
+	return nil
+}
+
+// createBoundPod creates pod name in ns, of ServiceAccount sa, with one
+// container (never started: no kubelet runs here), and requests a token of
+// sa bound to it (TokenRequest), as the kubelet projects into the pod. It
+// returns the pod and the token.
+func createBoundPod(ctx context.Context, admin kubernetes.Interface, ns, sa, name string) (*corev1.Pod, string, error) {
+	pod, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{ServiceAccountName: sa, AutomountServiceAccountToken: new(false),
+			Containers: []corev1.Container{{Name: "main", Image: "frontdesk.invalid/participant:never-pulled"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, "", fmt.Errorf("creating pod %s: %w", name, err)
+	}
+	tr, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3 * 3600)),
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, "", fmt.Errorf("requesting a token bound to pod %s: %w", pod.Name, err)
+	}
+	return pod, tr.Status.Token, nil
+}
+
 // createParticipants makes s's ServiceAccount, binds it to the shipped
 // frontdesk-lock-user ClusterRole, and gives each of its pods a client
 // whose requests carry a token bound to that pod (TokenRequest), as a
 // process in the pod has.
 func createParticipants(ctx context.Context, adminCfg *rest.Config, admin kubernetes.Interface, s *guardSide) error {
-	if _, err := admin.CoreV1().ServiceAccounts(s.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: participantSA}},
-		metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating the participants' ServiceAccount: %w", err)
-	}
-	if _, err := admin.RbacV1().RoleBindings(s.ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "participants-lock-user"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "frontdesk-lock-user"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: participantSA, Namespace: s.ns}},
-	}, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("binding frontdesk-lock-user: %w", err)
+	if err := bindLockUser(ctx, admin, s.ns, participantSA); err != nil {
+		return err
 	}
 	for i := range participantPods {
-		pod, err := admin.CoreV1().Pods(s.ns).Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("participant-%d", i)},
-			Spec: corev1.PodSpec{ServiceAccountName: participantSA, AutomountServiceAccountToken: new(false),
-				Containers: []corev1.Container{{Name: "main", Image: "frontdesk.invalid/participant:never-pulled"}}},
-		}, metav1.CreateOptions{})
+		pod, token, err := createBoundPod(ctx, admin, s.ns, participantSA, fmt.Sprintf("participant-%d", i))
 		if err != nil {
-			return fmt.Errorf("creating a participant's pod: %w", err)
-		}
-		tr, err := admin.CoreV1().ServiceAccounts(s.ns).CreateToken(ctx, participantSA, &authenticationv1.TokenRequest{
-			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3 * 3600)),
-				BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("requesting a token bound to pod %s: %w", pod.Name, err)
+			return err
 		}
 		cfg := rest.AnonymousClientConfig(adminCfg)
-		cfg.BearerToken = tr.Status.Token
+		cfg.BearerToken = token
 		cfg.QPS = -1
 		cs, err := kubernetes.NewForConfig(lock.ProtobufConfig(cfg))
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
@@ -45,6 +47,9 @@ type PeersOptions struct {
 	Handoffs int
 	// FailoverTrials is the number of SIGKILLed holders per system.
 	FailoverTrials int
+	// ProofTrials is the number of frontdesk holders proven dead (their
+	// pod reported Failed, as a kubelet would: see proof.go); 0 skips it.
+	ProofTrials int
 	// HolderCommand runs a holder process (this binary in holder mode).
 	HolderCommand []string
 	// HolderEnv is added to the holder processes' environment.
@@ -58,47 +63,37 @@ type PeerRow struct {
 	Throughput map[int]float64 // locks -> acquire+release per second
 	Handoff    Row
 	Failover   Row
-	Note       string
+	// ProofFailover is frontdesk's failover on proof (proofFailover);
+	// empty for the other systems.
+	ProofFailover Row
+	Note          string
 }
 
 // RunPeers measures frontdesk, the raw Lease CAS, etcd's Mutex on the etcd
 // that backs the apiserver, and Redis (if redis-server is installed) in one
 // run with equal TTLs, and prints one table.
 func RunPeers(ctx context.Context, opts PeersOptions, out io.Writer) ([]PeerRow, error) {
-	dir, err := os.MkdirTemp("", "frontdesk-peers-")
+	pe, stop, err := startPeersEnv(ctx, opts, "frontdesk-peers-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	kubeconfig := dir + "/kubeconfig"
-	env, err := localrun.StartEnvironment(ctx, localrun.EnvironmentOptions{AssetsDir: opts.AssetsDir, KubeconfigPath: kubeconfig, MetricsBindAddress: "0"})
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = env.Stop() }()
-	cs, err := kubernetes.NewForConfig(lock.ProtobufConfig(env.ControlPlane.Config))
-	if err != nil {
-		return nil, err
-	}
-	dyn, err := dynamic.NewForConfig(env.ControlPlane.Config)
-	if err != nil {
-		return nil, err
-	}
-	if err := setupPeerLocks(ctx, cs, env, opts); err != nil {
-		return nil, err
-	}
+	defer stop()
 	ttlSeconds := int(opts.TTL / time.Second)
-	systems := []lockSystem{rawCASSystem{cs: cs}, frontdeskSystem{cs: cs, dyn: dyn}, etcdSystem{endpoint: env.ControlPlane.EtcdURL(), ttl: ttlSeconds}}
-	redisAddr, stopRedis, redisErr := startRedis(dir)
+	systems := []lockSystem{rawCASSystem{cs: pe.cs}, frontdeskSystem{cs: pe.cs, dyn: pe.dyn}, etcdSystem{endpoint: pe.env.ControlPlane.EtcdURL(), ttl: ttlSeconds}}
+	redisAddr, stopRedis, redisErr := startRedis(pe.dir)
 	if redisErr == nil {
 		defer stopRedis()
 		systems = append(systems, redisSystem{addr: redisAddr, ttl: opts.TTL})
 	}
-	holderArgs := []string{"--kubeconfig", kubeconfig, "--etcd", env.ControlPlane.EtcdURL(), "--redis", redisAddr, "--ttl", opts.TTL.String()}
+	holderArgs := []string{"--kubeconfig", pe.kubeconfig, "--etcd", pe.env.ControlPlane.EtcdURL(), "--redis", redisAddr, "--ttl", opts.TTL.String()}
 
 	var rows []PeerRow
 	for _, sys := range systems {
 		row, err := measurePeer(ctx, sys, opts, holderArgs)
+		if _, isFrontdesk := sys.(frontdeskSystem); err == nil && isFrontdesk && opts.ProofTrials > 0 {
+			// Beside its failover after the lease, at the same TTL.
+			row.ProofFailover, err = proofFailover(ctx, pe, opts, holderArgs)
+		}
 		if err != nil {
 			return rows, fmt.Errorf("%s: %w", sys.name(), err)
 		}
@@ -109,6 +104,44 @@ func RunPeers(ctx context.Context, opts PeersOptions, out io.Writer) ([]PeerRow,
 	}
 	printPeers(out, rows, opts)
 	return rows, nil
+}
+
+// peersEnv is the control plane of a peers or failover run, with the
+// manager running against it and the admin's clients.
+type peersEnv struct {
+	env *localrun.Environment
+	cs  kubernetes.Interface
+	dyn dynamic.Interface
+	// dir is the run's temporary directory: the admin kubeconfig (the
+	// holder processes read it), the tokens of the proof trials' holders.
+	dir, kubeconfig string
+}
+
+// startPeersEnv starts a control plane with the manager and creates what
+// every system measured needs (setupPeerLocks). stop stops it all and
+// removes its directory.
+func startPeersEnv(ctx context.Context, opts PeersOptions, prefix string) (pe *peersEnv, stop func(), err error) {
+	pe = &peersEnv{}
+	if pe.dir, err = os.MkdirTemp("", prefix); err != nil {
+		return nil, nil, err
+	}
+	pe.kubeconfig = filepath.Join(pe.dir, "kubeconfig")
+	pe.env, err = localrun.StartEnvironment(ctx, localrun.EnvironmentOptions{AssetsDir: opts.AssetsDir, KubeconfigPath: pe.kubeconfig, MetricsBindAddress: "0"})
+	if err != nil {
+		_ = os.RemoveAll(pe.dir)
+		return nil, nil, err
+	}
+	stop = func() { _ = pe.env.Stop(); _ = os.RemoveAll(pe.dir) }
+	if pe.cs, err = kubernetes.NewForConfig(lock.ProtobufConfig(pe.env.ControlPlane.Config)); err == nil {
+		if pe.dyn, err = dynamic.NewForConfig(pe.env.ControlPlane.Config); err == nil {
+			err = setupPeerLocks(ctx, pe.cs, pe.env, opts)
+		}
+	}
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return pe, stop, nil
 }
 
 // setupPeerLocks creates the DistributedLocks every system's keys name
@@ -124,6 +157,9 @@ func setupPeerLocks(ctx context.Context, cs kubernetes.Interface, env *localrun.
 	for i := range opts.FailoverTrials {
 		names = append(names, fmt.Sprintf("failover-%d", i))
 	}
+	for i := range opts.ProofTrials {
+		names = append(names, proofLock(i))
+	}
 	for _, n := range names {
 		l := &locksv1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: namespace},
 			Spec: locksv1alpha1.DistributedLockSpec{LeaseDurationSeconds: int32(opts.TTL / time.Second)}}
@@ -131,7 +167,13 @@ func setupPeerLocks(ctx context.Context, cs kubernetes.Interface, env *localrun.
 			return err
 		}
 	}
-	return env.WaitReady(ctx, namespace, names)
+	if err := env.WaitReady(ctx, namespace, names); err != nil {
+		return err
+	}
+	if opts.ProofTrials > 0 {
+		return setupProofHolders(ctx, env, cs)
+	}
+	return nil
 }
 
 func slicesMax(xs []int) int {
@@ -342,57 +384,91 @@ func failover(ctx context.Context, sys lockSystem, opts PeersOptions, holderArgs
 	return sorted(Row{Samples: samples}), nil
 }
 
+// failoverOnce: one trial of failover on key.
 func failoverOnce(ctx context.Context, sys lockSystem, key string, opts PeersOptions, holderArgs []string) (time.Duration, error) {
+	holder, err := startHolder(sys, key, opts, holderArgs)
+	if err != nil {
+		return 0, err
+	}
+	defer stopHolder(holder)
+	next, err := awaitNext(ctx, sys, key, opts)
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(200 * time.Millisecond) // the waiter is queued before the crash
+	killed := time.Now()
+	if err := holder.Process.Signal(syscall.SIGKILL); err != nil {
+		return 0, err
+	}
+	r := <-next
+	if r.err != nil {
+		return 0, r.err
+	}
+	return r.fenced.Sub(killed), nil
+}
+
+// startHolder starts a holder process of sys on key (holderArgs added to
+// its command line) and returns it once it printed that it holds the lock.
+func startHolder(sys lockSystem, key string, opts PeersOptions, holderArgs []string) (*exec.Cmd, error) {
 	args := append(append(append([]string{}, opts.HolderCommand[1:]...), holderArgs...), "--system", sys.name(), "--key", key)
 	holder := exec.Command(opts.HolderCommand[0], args...)
 	holder.Env = append(os.Environ(), opts.HolderEnv...)
 	holder.Stderr = os.Stderr
 	out, err := holder.StdoutPipe()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := holder.Start(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer func() { _ = holder.Process.Kill(); _ = holder.Wait() }()
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "held") {
-		return 0, fmt.Errorf("holder did not take the lock: %q %v", line, err) //nolint:errorlint // err is nil when the line is wrong; %w would print %!w(<nil>)
+		stopHolder(holder)
+		return nil, fmt.Errorf("holder did not take the lock: %q %v", line, err) //nolint:errorlint // err is nil when the line is wrong; %w would print %!w(<nil>)
 	}
+	return holder, nil
+}
+
+// stopHolder kills the holder process, if it still runs, and waits for it.
+func stopHolder(holder *exec.Cmd) {
+	_ = holder.Process.Kill()
+	_ = holder.Wait()
+}
+
+// nextHolder is when the waiter of a failover trial held the lock (its
+// Acquire returned), and when its first write was accepted by a fencing
+// Guard right after.
+type nextHolder struct {
+	held, fenced time.Time
+	err          error
+}
+
+// awaitNext starts a waiter of sys on key, blocked in acquire, and returns
+// the channel its nextHolder arrives on; it releases the lock once it held
+// it, and gives up after 10 TTLs and 30 s.
+func awaitNext(ctx context.Context, sys lockSystem, key string, opts PeersOptions) (<-chan nextHolder, error) {
 	c, err := sys.newClient("failover-waiter")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer c.close()
 	guard := fencing.NewMemoryGuard()
-	type result struct {
-		at  time.Time
-		err error
-	}
-	done := make(chan result, 1)
+	next := make(chan nextHolder, 1)
 	go func() {
+		defer c.close()
 		wctx, cancel := context.WithTimeout(ctx, 10*opts.TTL+30*time.Second)
 		defer cancel()
 		token, release, err := c.acquire(wctx, key)
 		if err != nil {
-			done <- result{err: err}
+			next <- nextHolder{err: err}
 			return
 		}
-		err = guard.Fence(wctx, key, token, func(context.Context) error { return nil })
-		at := time.Now()
+		r := nextHolder{held: time.Now()}
+		r.err = guard.Fence(wctx, key, token, func(context.Context) error { return nil })
+		r.fenced = time.Now()
 		_ = release(context.Background())
-		done <- result{at: at, err: err}
+		next <- r
 	}()
-	time.Sleep(200 * time.Millisecond) // the waiter is queued before the crash
-	killed := time.Now()
-	if err := holder.Process.Signal(syscall.SIGKILL); err != nil {
-		return 0, err
-	}
-	r := <-done
-	if r.err != nil {
-		return 0, r.err
-	}
-	return r.at.Sub(killed), nil
+	return next, nil
 }
 
 // HolderMain is the holder process of the failover measurement: it takes
@@ -405,18 +481,18 @@ func HolderMain(args []string) int {
 	ttl := fs.Duration("ttl", 2*time.Second, "")
 	system := fs.String("system", "", "")
 	key := fs.String("key", "", "")
+	tokenFile := fs.String("token-file", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	var sys lockSystem
 	switch *system {
 	case "frontdesk":
-		cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-		if err != nil {
+		var err error
+		if sys, err = frontdeskHolder(*kubeconfig, *tokenFile); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		sys = frontdeskSystem{cs: kubernetes.NewForConfigOrDie(lock.ProtobufConfig(cfg)), dyn: dynamic.NewForConfigOrDie(cfg)}
 	case "etcd Mutex":
 		sys = etcdSystem{endpoint: *etcd, ttl: int(*ttl / time.Second)}
 	case "Redis SET NX PX":
@@ -437,6 +513,33 @@ func HolderMain(args []string) int {
 	}
 	fmt.Printf("held %d\n", token)
 	select {} // hold, renewing in the background, until SIGKILL
+}
+
+// frontdeskHolder is the frontdesk system of a holder process: the
+// kubeconfig's apiserver, as its admin or, with tokenFile, as the bearer of
+// the token in that file alone (a pod's bound token: see proof.go).
+func frontdeskHolder(kubeconfig, tokenFile string) (lockSystem, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if tokenFile != "" {
+		token, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg = rest.AnonymousClientConfig(cfg)
+		cfg.BearerToken = strings.TrimSpace(string(token))
+	}
+	cs, err := kubernetes.NewForConfig(lock.ProtobufConfig(cfg))
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return frontdeskSystem{cs: cs, dyn: dyn}, nil
 }
 
 // startRedis starts redis-server on a free loopback port, without
@@ -502,41 +605,45 @@ func printPeers(out io.Writer, rows []PeerRow, opts PeersOptions) {
 		fmt.Fprintln(w, line.String())
 	}
 	_ = w.Flush()
+	for _, r := range rows {
+		if len(r.ProofFailover.Samples) > 0 {
+			printProofFailover(out, r.ProofFailover, opts)
+		}
+	}
 }
 
-// RunFailover measures frontdesk's failover alone, at opts.TTL: a holder
-// process SIGKILLed while a waiter is queued, from the kill to the waiter's
-// first write accepted by a fencing Guard, opts.FailoverTrials times. It
-// prints p50, p99 and the slowest, and returns the row.
-func RunFailover(ctx context.Context, opts PeersOptions, out io.Writer) (Row, error) {
-	dir, err := os.MkdirTemp("", "frontdesk-failover-")
+// FailoverRows are RunFailover's measurements: frontdesk's failover after
+// the lease, and on proof.
+type FailoverRows struct {
+	// Lease: a holder process SIGKILLed while a waiter is queued, from the
+	// kill to the waiter's first write accepted by a fencing Guard.
+	Lease Row
+	// Proof: a holder proven dead, from its pod's status write to the
+	// waiter's grant (proofFailover); empty with no ProofTrials.
+	Proof Row
+}
+
+// RunFailover measures frontdesk's failover alone, at opts.TTL: after the
+// lease, opts.FailoverTrials times, and on proof, opts.ProofTrials times.
+// It prints p50, p99 and the slowest of each, and returns the rows.
+func RunFailover(ctx context.Context, opts PeersOptions, out io.Writer) (FailoverRows, error) {
+	var rows FailoverRows
+	pe, stop, err := startPeersEnv(ctx, opts, "frontdesk-failover-")
 	if err != nil {
-		return Row{}, err
+		return rows, err
 	}
-	defer os.RemoveAll(dir)
-	kubeconfig := dir + "/kubeconfig"
-	env, err := localrun.StartEnvironment(ctx, localrun.EnvironmentOptions{AssetsDir: opts.AssetsDir, KubeconfigPath: kubeconfig, MetricsBindAddress: "0"})
-	if err != nil {
-		return Row{}, err
-	}
-	defer func() { _ = env.Stop() }()
-	cs, err := kubernetes.NewForConfig(lock.ProtobufConfig(env.ControlPlane.Config))
-	if err != nil {
-		return Row{}, err
-	}
-	dyn, err := dynamic.NewForConfig(env.ControlPlane.Config)
-	if err != nil {
-		return Row{}, err
-	}
-	if err := setupPeerLocks(ctx, cs, env, opts); err != nil {
-		return Row{}, err
-	}
-	holderArgs := []string{"--kubeconfig", kubeconfig, "--ttl", opts.TTL.String()}
-	row, err := failover(ctx, frontdeskSystem{cs: cs, dyn: dyn}, opts, holderArgs)
-	if err != nil {
-		return Row{}, err
+	defer stop()
+	holderArgs := []string{"--kubeconfig", pe.kubeconfig, "--ttl", opts.TTL.String()}
+	if rows.Lease, err = failover(ctx, frontdeskSystem{cs: pe.cs, dyn: pe.dyn}, opts, holderArgs); err != nil {
+		return rows, err
 	}
 	fmt.Fprintf(out, "frontdesk failover after a SIGKILLed holder, lease %s: p50 %s, p99 %s, max %s, n %d\n",
-		opts.TTL, ms(row.Percentile(50)), ms(row.Percentile(99)), ms(row.Percentile(100)), len(row.Samples))
-	return row, nil
+		opts.TTL, ms(rows.Lease.Percentile(50)), ms(rows.Lease.Percentile(99)), ms(rows.Lease.Percentile(100)), len(rows.Lease.Samples))
+	if opts.ProofTrials > 0 {
+		if rows.Proof, err = proofFailover(ctx, pe, opts, holderArgs); err != nil {
+			return rows, err
+		}
+		printProofFailover(out, rows.Proof, opts)
+	}
+	return rows, nil
 }

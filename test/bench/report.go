@@ -17,6 +17,7 @@ const (
 	goalGrantLeaseWrites  = 3.0  // Lease writes per grant among queued waiters
 	goalGrantStatusWrites = 2.0  // status writes per grant among queued waiters: the holder, and status.waiting when a pass sees the registration first
 	goalFailoverSlack     = 0.25 // seconds past the TTL within which a crashed holder's lock is held again
+	goalProofFailover     = 1.0  // seconds from the kubelet's report of a holder's death to the next holder's grant
 	goalPriceRatio        = 1.15 // the guard's price on a p50
 	goalPriceWorstMillis  = 1.0  // the guard's price on the worst Lease, in ms
 	goalPriceThroughput   = 0.90 // throughput with the guard, over without
@@ -175,6 +176,9 @@ func PeersTable(rows []PeerRow, opts PeersOptions) report.Table {
 		if len(r.Failover.Samples) > 0 {
 			t.Rows = append(t.Rows, failoverRow(r.System, r.Failover))
 		}
+		if len(r.ProofFailover.Samples) > 0 {
+			t.Rows = append(t.Rows, proofFailoverRow(r.System, r.ProofFailover))
+		}
 	}
 	if len(skipped) > 0 {
 		t.Note += "; " + strings.Join(skipped, "; ")
@@ -182,23 +186,51 @@ func PeersTable(rows []PeerRow, opts PeersOptions) report.Table {
 	if len(fd.Failover.Samples) > 0 {
 		t.Rows = append(t.Rows, failoverGoal(fd.Failover, opts.TTL))
 	}
+	if len(fd.ProofFailover.Samples) > 0 {
+		t.Rows = append(t.Rows, proofFailoverGoal(fd.ProofFailover))
+	}
 	if len(fd.Handoff.Samples) > 0 && len(etcd.Handoff.Samples) > 0 && etcd.Handoff.Percentile(50) > 0 {
 		t.Rows = append(t.Rows, ratio("frontdesk: handoff p50 over etcd Mutex's", fd.Handoff, etcd.Handoff, report.Below(1, "below 1x")))
 	}
 	return t
 }
 
-// FailoverTable is RunFailover's line as a report.
-func FailoverTable(r Row, opts PeersOptions) report.Table {
-	return report.Table{Title: "Failover", Note: fmt.Sprintf("Lease %s", opts.TTL),
-		Rows: []report.Row{failoverRow("frontdesk", r), failoverGoal(r, opts.TTL)}}
+// FailoverTable is RunFailover's lines as a report.
+func FailoverTable(r FailoverRows, opts PeersOptions) report.Table {
+	t := report.Table{Title: "Failover", Note: fmt.Sprintf("Lease %s", opts.TTL),
+		Rows: []report.Row{failoverRow("frontdesk", r.Lease)}}
+	if len(r.Proof.Samples) > 0 {
+		t.Rows = append(t.Rows, proofFailoverRow("frontdesk", r.Proof))
+	}
+	t.Rows = append(t.Rows, failoverGoal(r.Lease, opts.TTL))
+	if len(r.Proof.Samples) > 0 {
+		t.Rows = append(t.Rows, proofFailoverGoal(r.Proof))
+	}
+	return t
 }
 
 func failoverRow(system string, r Row) report.Row {
+	return secondsRow(system+": crash failover (holder SIGKILLed → next holder's fenced write)", r)
+}
+
+// proofFailoverRow is the failover on proof (proof.go).
+func proofFailoverRow(system string, r Row) report.Row {
+	return secondsRow(system+": failover on proof (holder SIGKILLed, its pod reported Failed → next holder holds)", r)
+}
+
+// secondsRow is a failover row's figure: its p50, with its p99 and the
+// slowest, in seconds.
+func secondsRow(name string, r Row) report.Row {
 	s := func(d time.Duration) float64 { return d.Seconds() }
-	return report.Row{Name: system + ": crash failover (holder SIGKILLed → next holder's fenced write)", N: len(r.Samples),
+	return report.Row{Name: name, N: len(r.Samples),
 		Figure: report.Figure{Label: "p50", Value: s(r.Percentile(50)), Unit: report.Seconds},
 		Detail: []report.Figure{{Label: "p99", Value: s(r.Percentile(99)), Unit: report.Seconds}, {Label: "max", Value: s(r.Percentile(100)), Unit: report.Seconds}}}
+}
+
+// proofFailoverGoal holds the slowest failover on proof to its goal.
+func proofFailoverGoal(r Row) report.Row {
+	return report.Row{Name: "frontdesk: failover on proof, slowest", N: len(r.Samples), Figure: report.Figure{Value: r.Percentile(100).Seconds(), Unit: report.Seconds},
+		Goal: report.Below(goalProofFailover, fmt.Sprintf("under %g s after the kubelet's report", goalProofFailover))}
 }
 
 func failoverGoal(r Row, ttl time.Duration) report.Row {

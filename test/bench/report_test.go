@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -74,5 +75,30 @@ func TestWritesTableGoals(t *testing.T) {
 	}
 	if len(goals) != 5 {
 		t.Errorf("%d goals, want 5 (none for the crowd): %v", len(goals), goals)
+	}
+}
+
+// Frontdesk's failover on proof sits beside its failover after the lease,
+// and its slowest trial is held to under 1 s.
+func TestPeersTableHoldsTheFailoverOnProofToItsGoal(t *testing.T) {
+	fd := PeerRow{System: "frontdesk", Uncontend: latencies(8), Failover: latencies(1800, 1810), ProofFailover: latencies(30, 45)}
+	tab := PeersTable([]PeerRow{fd}, PeersOptions{TTL: 2 * time.Second})
+	names := make([]string, len(tab.Rows))
+	for i, r := range tab.Rows {
+		names[i] = r.Name
+	}
+	crash, proof := slices.Index(names, failoverRow("frontdesk", fd.Failover).Name), slices.Index(names, proofFailoverRow("frontdesk", fd.ProofFailover).Name)
+	if crash < 0 || proof != crash+1 {
+		t.Fatalf("rows %q: want the failover on proof right after the crash failover", names)
+	}
+	g, ok := goalsOf(tab)["frontdesk: failover on proof, slowest"]
+	if !ok || g.Cmp != "<" || g.Bound != 1 {
+		t.Fatalf("failover on proof goal %+v, want under 1 s", g)
+	}
+	if r := tab.Rows[len(tab.Rows)-1]; r.Name != "frontdesk: failover on proof, slowest" || r.Value != 0.045 || r.N != 2 {
+		t.Errorf("goal row %+v, want the slowest trial, 0.045 s of 2", r)
+	}
+	if rows := FailoverTable(FailoverRows{Lease: fd.Failover, Proof: fd.ProofFailover}, PeersOptions{TTL: 2 * time.Second}); len(goalsOf(rows)) != 2 {
+		t.Errorf("--failover-only's table: goals %v, want the crash failover's and the failover on proof's", goalsOf(rows))
 	}
 }

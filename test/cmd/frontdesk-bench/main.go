@@ -88,7 +88,9 @@ func parseFlags() *options {
 	flag.BoolVar(&o.withPeers, "peers", true, "Also measure etcd's Mutex and Redis side by side (same run, same TTL).")
 	flag.DurationVar(&o.peers.TTL, "peers-ttl", 2*time.Second, "TTL of every system in the side-by-side run.")
 	flag.IntVar(&o.peers.FailoverTrials, "failover-trials", 20, "SIGKILLed holders per system.")
-	flag.BoolVar(&o.failoverOnly, "failover-only", false, "Measure only frontdesk's failover after a SIGKILLed holder, at --peers-ttl, --failover-trials times.")
+	flag.IntVar(&o.peers.ProofTrials, "proof-trials", 20, "Holders proven dead (SIGKILLed, then their pod reported Failed as a kubelet would) for frontdesk's failover on proof, "+
+		"beside its crash failover at the same TTL; 0 skips it.")
+	flag.BoolVar(&o.failoverOnly, "failover-only", false, "Measure only frontdesk's failover, at --peers-ttl: after a SIGKILLed holder's lease (--failover-trials times) and on proof (--proof-trials times).")
 	flag.StringVar(&o.admissionWaiting, "admission", "1,10,50", "Comma-separated numbers of gated pods waiting for the lock-admitted pod measurement (empty: skip it).")
 	flag.IntVar(&o.admission.Admissions, "admissions", 20, "Admissions measured per number of gated pods waiting.")
 	flag.BoolVar(&o.admissionOnly, "admission-only", false, "Measure only lock-admitted pods (--admission).")
@@ -175,15 +177,15 @@ func dispatch(ctx context.Context, o *options, res *results) {
 	}
 }
 
-// runFailover measures only frontdesk's failover after a SIGKILLed holder
-// (--failover-only), and writes the report.
+// runFailover measures only frontdesk's failover, after a SIGKILLed
+// holder's lease and on proof (--failover-only), and writes the report.
 func runFailover(ctx context.Context, o *options, res *results) {
 	self, err := os.Executable()
 	if err == nil {
 		o.peers.AssetsDir, o.peers.HolderCommand = o.bench.AssetsDir, []string{self, "peer-holder"}
-		var row bench.Row
-		row, err = bench.RunFailover(ctx, o.peers, os.Stdout)
-		res.add(bench.FailoverTable(row, o.peers))
+		var rows bench.FailoverRows
+		rows, err = bench.RunFailover(ctx, o.peers, os.Stdout)
+		res.add(bench.FailoverTable(rows, o.peers))
 	}
 	if err != nil {
 		fail(err)
