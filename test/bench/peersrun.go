@@ -160,6 +160,9 @@ func setupPeerLocks(ctx context.Context, cs kubernetes.Interface, env *localrun.
 	for i := range opts.ProofTrials {
 		names = append(names, proofLock(i))
 	}
+	if opts.ProofTrials > 0 {
+		names = append(names, leaseGuardProbe) // proofFailover installs the lease guard
+	}
 	for _, n := range names {
 		l := &locksv1alpha1.DistributedLock{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: namespace},
 			Spec: locksv1alpha1.DistributedLockSpec{LeaseDurationSeconds: int32(opts.TTL / time.Second)}}

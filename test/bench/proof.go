@@ -71,6 +71,12 @@ func setupProofHolders(ctx context.Context, env *localrun.Environment, cs kubern
 // proofFailover measures frontdesk's failover on proof opts.ProofTrials
 // times, each on a lock and a holder pod of its own.
 func proofFailover(ctx context.Context, pe *peersEnv, opts PeersOptions, holderArgs []string) (Row, error) {
+	// Proofs apply where the lease guard does (it binds each grant to the
+	// principal that made it); installed here, after the rows that measure
+	// the apiserver without it.
+	if err := installLeaseGuard(ctx, pe.env, pe.cs); err != nil {
+		return Row{}, err
+	}
 	samples := make([]time.Duration, 0, opts.ProofTrials)
 	for trial := range opts.ProofTrials {
 		d, err := proofFailoverOnce(ctx, pe, proofLock(trial), opts, holderArgs)
@@ -172,7 +178,8 @@ func expectProvenDead(ctx context.Context, cs kubernetes.Interface, key string) 
 }
 
 // reportFinished writes the status of pod name, in the bench's namespace,
-// as its kubelet does once every container ended: phase, and each
+// as its kubelet does once every container ended (field manager kubelet):
+// phase, and each
 // container terminated as given. It returns when the status write started.
 func reportFinished(ctx context.Context, cs kubernetes.Interface, name string, phase corev1.PodPhase,
 	terminated corev1.ContainerStateTerminated) (time.Time, error) {
@@ -188,7 +195,7 @@ func reportFinished(ctx context.Context, cs kubernetes.Interface, name string, p
 			Name: c.Name, Image: c.Image, State: corev1.ContainerState{Terminated: terminated.DeepCopy()}})
 	}
 	started := time.Now()
-	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{FieldManager: "kubelet"}); err != nil {
 		return started, fmt.Errorf("reporting pod %s %s: %w", name, phase, err)
 	}
 	return started, nil
