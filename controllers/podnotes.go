@@ -165,19 +165,15 @@ func (r *DistributedLockReconciler) podEvents() handler.EventHandler {
 }
 
 // containersStopped reports whether p's status, as its kubelet wrote it,
-// shows every container of p terminated: the proof that it stopped. (The
-// pod garbage collector marks pods Failed, and a force deletion removes
-// them, without it.)
+// shows every container of p terminated (and not as ContainerStatusUnknown,
+// the kubelet's guess when its runtime lost a container): the proof that
+// it stopped. A terminal phase must be the kubelet's too: the pod garbage
+// collector marks pods Failed over whatever statuses their cut-off kubelet
+// last wrote, and a force deletion removes them, without it.
 func containersStopped(p *corev1.Pod) bool {
-	if len(p.Spec.Containers) == 0 || len(p.Status.ContainerStatuses) < len(p.Spec.Containers) {
-		return false
-	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Terminated == nil {
-			return false
-		}
-	}
-	return true
+	terminal := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	return len(p.Spec.Containers) > 0 && allTerminated(containerNames(p.Spec.Containers), p.Status.ContainerStatuses) &&
+		(!terminal || phaseSetBy(p, kubeletManager))
 }
 
 // deletedAt reports whether the pod of a delete event was deleted at the

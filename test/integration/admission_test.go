@@ -109,7 +109,8 @@ func bindPod(t *testing.T, ns, name, node string) {
 	setPhase(t, ns, name, corev1.PodRunning)
 }
 
-// setPhase writes the pod's phase as its kubelet would.
+// setPhase writes the pod's phase as its kubelet would (field manager
+// kubelet).
 func setPhase(t *testing.T, ns, name string, phase corev1.PodPhase) {
 	t.Helper()
 	NewWithT(t).Eventually(func() error {
@@ -121,7 +122,7 @@ func setPhase(t *testing.T, ns, name string, phase corev1.PodPhase) {
 		if phase == corev1.PodSucceeded || phase == corev1.PodFailed {
 			stopContainers(fresh)
 		}
-		return k8sClient.Status().Update(context.Background(), fresh)
+		return k8sClient.Status().Update(context.Background(), fresh, client.FieldOwner("kubelet"))
 	}).Should(Succeed())
 }
 
@@ -147,7 +148,7 @@ func containersStoppedByKubelet(t *testing.T, ns, name string) {
 			return err
 		}
 		stopContainers(fresh)
-		return k8sClient.Status().Update(context.Background(), fresh)
+		return k8sClient.Status().Update(context.Background(), fresh, client.FieldOwner("kubelet"))
 	}).Should(Succeed())
 }
 

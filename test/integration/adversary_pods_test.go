@@ -495,7 +495,7 @@ func (s *podSurface) tend(ctx context.Context, t *testing.T, p *corev1.Pod) {
 		stopped := p.DeepCopy()
 		stopContainers(stopped)
 		if !containersAllStopped(p) {
-			if _, err := pods.UpdateStatus(ctx, stopped, metav1.UpdateOptions{}); err != nil {
+			if _, err := pods.UpdateStatus(ctx, stopped, metav1.UpdateOptions{FieldManager: "kubelet"}); err != nil {
 				return
 			}
 		}
@@ -515,7 +515,7 @@ func (s *podSurface) tend(ctx context.Context, t *testing.T, p *corev1.Pod) {
 			running.Status.ContainerStatuses = append(running.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image,
 				Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}})
 		}
-		if _, err := pods.UpdateStatus(ctx, running, metav1.UpdateOptions{}); err == nil {
+		if _, err := pods.UpdateStatus(ctx, running, metav1.UpdateOptions{FieldManager: "kubelet"}); err == nil {
 			s.mu.Lock()
 			ap.startedAt = time.Now()
 			s.mu.Unlock()
@@ -533,7 +533,7 @@ func (s *podSurface) tend(ctx context.Context, t *testing.T, p *corev1.Pod) {
 		for i := range done.Status.ContainerStatuses {
 			done.Status.ContainerStatuses[i].State.Terminated.ExitCode, done.Status.ContainerStatuses[i].State.Terminated.Reason = 0, "Completed"
 		}
-		_, _ = pods.UpdateStatus(ctx, done, metav1.UpdateOptions{})
+		_, _ = pods.UpdateStatus(ctx, done, metav1.UpdateOptions{FieldManager: "kubelet"})
 	}
 }
 
