@@ -215,7 +215,7 @@ func OwnsPodPhase(e metav1.ManagedFieldsEntry) bool {
 	var fields struct {
 		Status map[string]json.RawMessage `json:"f:status"`
 	}
-	if err := json.Unmarshal(e.FieldsV1.Raw, &fields); err != nil {
+	if err := json.Unmarshal(e.FieldsV1.GetRawBytes(), &fields); err != nil {
 		return false
 	}
 	_, ok := fields.Status["f:phase"]

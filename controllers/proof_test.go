@@ -12,7 +12,7 @@ import (
 // the phase.
 func phaseBy(manager string) metav1.ManagedFieldsEntry {
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status",
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:containerStatuses":{},"f:phase":{}}}`)}}
+		FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:containerStatuses":{},"f:phase":{}}}`)}
 }
 
 // finishedPod is a pod of the given phase, as the kubelet set it, whose one
@@ -22,10 +22,10 @@ func finishedPod(phase corev1.PodPhase, state corev1.ContainerState) *corev1.Pod
 		ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "ns", UID: "u1",
 			ManagedFields: []metav1.ManagedFieldsEntry{
 				{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate,
-					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{}}}`)}},
+					FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{}}}`)},
 				phaseBy("kubelet"),
 			}},
-		Spec:       corev1.PodSpec{ServiceAccountName: "app", Containers: []corev1.Container{{Name: "app"}}},
+		Spec: corev1.PodSpec{ServiceAccountName: "app", Containers: []corev1.Container{{Name: "app"}}},
 		Status: corev1.PodStatus{Phase: phase,
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", State: state}}},
 	}
@@ -76,7 +76,7 @@ func TestFinishedIsOnlyTheKubeletsReportOfATerminalPod(t *testing.T) {
 		{"the kubelet manages the status but not the phase", func() *corev1.Pod {
 			p := finishedPod(corev1.PodFailed, terminated)
 			p.ManagedFields = []metav1.ManagedFieldsEntry{phaseBy("PodGC"), {Manager: "kubelet", Subresource: "status",
-				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:containerStatuses":{}}}`)}}}
+				FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:containerStatuses":{}}}`)}}
 			return p
 		}, false},
 		{"the kubelet and another manager share the phase", func() *corev1.Pod {

@@ -147,7 +147,7 @@ func holderPod(obj any) (any, error) {
 }
 
 // phaseFields is what phaseManagers keeps of a managed-fields entry.
-var phaseFields = &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:phase":{}}}`)}
+var phaseFields = metav1.NewFieldsV1(`{"f:status":{"f:phase":{}}}`)
 
 // phaseManagers are the entries of pod's managedFields that own
 // status.phase, each with only that field: the controller proves a pod

@@ -25,9 +25,9 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error", Message: "long"}}}}},
 	}
 	full.ManagedFields = []metav1.ManagedFieldsEntry{
-		{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{}}}`)}},
+		{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{}}}`)},
 		{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:containerStatuses":{},"f:phase":{}}}`)}},
+			FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:containerStatuses":{},"f:phase":{}}}`)},
 	}
 
 	got, err := slimPod(full)
@@ -36,7 +36,7 @@ func TestSlimPodKeepsWhatTheControllerReads(t *testing.T) {
 	}
 	pod := got.(*corev1.Pod)
 	meta.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status",
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:phase":{}}}`)}}}
+		FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:phase":{}}}`)}}
 	if !apiequality.Semantic.DeepEqual(pod.ObjectMeta, meta) {
 		t.Errorf("metadata changed beyond managedFields (of which only who set the phase stays):\n got %+v\nwant %+v", pod.ObjectMeta, meta)
 	}
@@ -116,12 +116,12 @@ func TestHolderPodKeepsWhatTheProofReads(t *testing.T) {
 	terminated := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}
 	phase := func(manager string) metav1.ManagedFieldsEntry {
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:phase":{}}}`)}}
+			FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:phase":{}}}`)}
 	}
 	full := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "shop", UID: "u1", ResourceVersion: "9",
 			Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a": "b"}, DeletionTimestamp: &metav1.Time{},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{}}`)},
 				phase("kubelet"), phase("PodGC")}},
 		Spec: corev1.PodSpec{NodeName: "n1", ServiceAccountName: "billing",
 			InitContainers:      []corev1.Container{{Name: "setup", Image: "i"}},
