@@ -44,13 +44,13 @@ const (
 type podNotes struct {
 	mu       sync.Mutex
 	graceful map[types.UID]bool
-	ended    map[types.UID]podEnd
+	ended    map[types.UID]endNote
 	since    map[string]time.Time
 	warned   map[string]bool
 }
 
 func newPodNotes() *podNotes {
-	return &podNotes{graceful: map[types.UID]bool{}, ended: map[types.UID]podEnd{},
+	return &podNotes{graceful: map[types.UID]bool{}, ended: map[types.UID]endNote{},
 		since: map[string]time.Time{}, warned: map[string]bool{}}
 }
 
@@ -66,20 +66,34 @@ func (n *podNotes) saw(p *corev1.Pod) {
 	n.graceful[p.UID] = true
 }
 
-// deleted notes how the pod went, from its last stored state; unknown
-// (a missed deletion, a tombstone) proves nothing.
-func (n *podNotes) deleted(p *corev1.Pod, unknown bool) {
+// endNote is how a pod went, and when the watch showed it.
+type endNote struct {
+	end podEnd
+	at  time.Time
+}
+
+// deleted notes how the pod went, from its last stored state, as of now;
+// unknown (a missed deletion, a tombstone) proves nothing. Ends noted more
+// than deathRetention before now are forgotten (an admitted pod's grant is
+// judged on its pod's delete event; a later pass without the note waits
+// the grant out).
+func (n *podNotes) deleted(p *corev1.Pod, unknown bool, now time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	for uid, e := range n.ended {
+		if now.Sub(e.at) > deathRetention {
+			delete(n.ended, uid)
+		}
+	}
 	switch {
 	case unknown:
 	case p.Spec.NodeName == "":
-		n.ended[p.UID] = endNeverBound
+		n.ended[p.UID] = endNote{endNeverBound, now}
 	case n.graceful[p.UID] && containersStopped(p):
 		// The kubelet reported every container terminated, then removed
 		// the pod: a force deletion of a pod still terminating shows them
 		// running.
-		n.ended[p.UID] = endGraceful
+		n.ended[p.UID] = endNote{endGraceful, now}
 	}
 	delete(n.graceful, p.UID)
 }
@@ -97,7 +111,7 @@ func (n *podNotes) mayProve(p *corev1.Pod) bool {
 func (n *podNotes) endOf(uid types.UID) podEnd {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.ended[uid]
+	return n.ended[uid].end
 }
 
 // sinceFirst is when the condition key was first noted (now, if this is
@@ -156,7 +170,7 @@ func (r *DistributedLockReconciler) podEvents() handler.EventHandler {
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
 			if p, ok := e.Object.(*corev1.Pod); ok {
 				r.podNotes.saw(p)
-				r.podNotes.deleted(p, e.DeleteStateUnknown || !r.podNotes.mayProve(p) || !r.deletedAt(ctx, p))
+				r.podNotes.deleted(p, e.DeleteStateUnknown || !r.podNotes.mayProve(p) || !r.deletedAt(ctx, p), r.Clock.Now())
 			}
 			enqueue(ctx, e.Object, q)
 		},

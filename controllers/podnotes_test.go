@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,28 +30,37 @@ func TestPodNotesProveOnlyWhatTheWatchShowed(t *testing.T) {
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 		return p
 	}
+	start := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
 	n := newPodNotes()
 	// Graceful: seen terminating with a grace period on its node, then
 	// deleted (the kubelet's grace-0 delete).
 	n.saw(pod("graceful", "n1", ptr.To[int64](30)))
-	n.deleted(stopped(pod("graceful", "n1", ptr.To[int64](0))), false)
+	n.deleted(stopped(pod("graceful", "n1", ptr.To[int64](0))), false, start)
 	// Graceful, then forced while its containers still ran (a partitioned
 	// kubelet): no proof.
 	n.saw(pod("graceful-then-forced", "n1", ptr.To[int64](30)))
-	n.deleted(running(pod("graceful-then-forced", "n1", ptr.To[int64](0))), false)
+	n.deleted(running(pod("graceful-then-forced", "n1", ptr.To[int64](0))), false, start)
 	// Force: deleted with grace 0 straight from running.
 	n.saw(pod("force", "n1", ptr.To[int64](0)))
-	n.deleted(pod("force", "n1", ptr.To[int64](0)), false)
+	n.deleted(pod("force", "n1", ptr.To[int64](0)), false, start)
 	// Unbound: deleted before any node.
-	n.deleted(pod("unbound", "", ptr.To[int64](0)), false)
+	n.deleted(pod("unbound", "", ptr.To[int64](0)), false, start)
 	// A tombstone proves nothing, even after a graceful start.
 	n.saw(pod("tombstone", "n1", ptr.To[int64](30)))
-	n.deleted(pod("tombstone", "n1", nil), true)
+	n.deleted(pod("tombstone", "n1", nil), true, start)
 
 	for uid, want := range map[string]podEnd{"graceful": endGraceful, "force": endUnknown, "unbound": endNeverBound,
 		"tombstone": endUnknown, "never-seen": endUnknown, "graceful-then-forced": endUnknown} {
 		if got := n.endOf(pod(uid, "", nil).UID); got != want {
 			t.Errorf("%s: end %v, want %v", uid, got, want)
 		}
+	}
+	// Ends are forgotten after deathRetention, at the next deletion noted.
+	n.deleted(pod("later", "", ptr.To[int64](0)), false, start.Add(deathRetention+time.Second))
+	if got := n.endOf(pod("graceful", "", nil).UID); got != endUnknown {
+		t.Errorf("graceful, after the retention: end %v, want it forgotten", got)
+	}
+	if got := n.endOf(pod("later", "", nil).UID); got != endNeverBound {
+		t.Errorf("later: end %v, want %v", got, endNeverBound)
 	}
 }
