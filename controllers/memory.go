@@ -35,8 +35,10 @@ type memories struct {
 
 	// podNotes: how a pod went away, waits, warnings sent.
 	podNotes *podNotes
-	// deaths: the pods the watch showed deleted after they finished.
+	// deaths: the pods the watch showed finished, and deleted so.
 	deaths *deaths
+	// phases: who set each pod's terminal phase, as first seen.
+	phases *phases
 	// pods: when a queued pod principal was last seen alive.
 	pods *podsAlive
 	// access: whether a ServiceAccount may use a lock, and since when.
@@ -54,6 +56,7 @@ func newMemories() *memories {
 		written:      newOwnWrites(),
 		podNotes:     newPodNotes(),
 		deaths:       newDeaths(),
+		phases:       newPhases(),
 		pods:         newPodsAlive(),
 		access:       newLockAccess(),
 	}

@@ -55,15 +55,22 @@ func newPodNotes() *podNotes {
 }
 
 // saw notes a pod as an event shows it: terminating with a grace period
-// while bound to a node.
-func (n *podNotes) saw(p *corev1.Pod) {
+// while bound to a node. The first such sighting decides whether the
+// graceful deletion can prove the pod stopped: not when its containers
+// were already reported stopped (a report a restart may have outdated,
+// which the kubelet did not make in answer to the deletion), unless the
+// pod was finished then (a terminal phase the kubelet set, as first seen:
+// kubeletPhase; nothing restarts in it).
+func (n *podNotes) saw(p *corev1.Pod, kubeletPhase bool) {
 	g := p.DeletionGracePeriodSeconds
 	if p.DeletionTimestamp == nil || g == nil || *g <= 0 || p.Spec.NodeName == "" {
 		return
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.graceful[p.UID] = true
+	if _, seen := n.graceful[p.UID]; !seen {
+		n.graceful[p.UID] = !containersStopped(p) || terminal(p) && kubeletPhase
+	}
 }
 
 // endNote is how a pod went, and when the watch showed it.
@@ -158,7 +165,7 @@ func (r *DistributedLockReconciler) podEvents() handler.EventHandler {
 	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 	enqueue := func(ctx context.Context, obj client.Object, q queue) {
 		if p, ok := obj.(*corev1.Pod); ok {
-			r.podNotes.saw(p)
+			r.podNotes.saw(p, r.phases.saw(p))
 		}
 		for _, req := range r.locksForPod(ctx, obj) {
 			q.Add(req)
@@ -169,7 +176,7 @@ func (r *DistributedLockReconciler) podEvents() handler.EventHandler {
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) { enqueue(ctx, e.ObjectNew, q) },
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
 			if p, ok := e.Object.(*corev1.Pod); ok {
-				r.podNotes.saw(p)
+				r.podNotes.saw(p, r.phases.verdict(p))
 				r.podNotes.deleted(p, e.DeleteStateUnknown || !r.podNotes.mayProve(p) || !r.deletedAt(ctx, p), r.Clock.Now())
 			}
 			enqueue(ctx, e.Object, q)

@@ -34,23 +34,35 @@ func TestPodNotesProveOnlyWhatTheWatchShowed(t *testing.T) {
 	n := newPodNotes()
 	// Graceful: seen terminating with a grace period on its node, then
 	// deleted (the kubelet's grace-0 delete).
-	n.saw(pod("graceful", "n1", ptr.To[int64](30)))
+	n.saw(pod("graceful", "n1", ptr.To[int64](30)), true)
 	n.deleted(stopped(pod("graceful", "n1", ptr.To[int64](0))), false, start)
 	// Graceful, then forced while its containers still ran (a partitioned
 	// kubelet): no proof.
-	n.saw(pod("graceful-then-forced", "n1", ptr.To[int64](30)))
+	n.saw(pod("graceful-then-forced", "n1", ptr.To[int64](30)), true)
 	n.deleted(running(pod("graceful-then-forced", "n1", ptr.To[int64](0))), false, start)
 	// Force: deleted with grace 0 straight from running.
-	n.saw(pod("force", "n1", ptr.To[int64](0)))
+	n.saw(pod("force", "n1", ptr.To[int64](0)), true)
 	n.deleted(pod("force", "n1", ptr.To[int64](0)), false, start)
 	// Unbound: deleted before any node.
 	n.deleted(pod("unbound", "", ptr.To[int64](0)), false, start)
+	// Its containers reported stopped before the deletion (a crash the
+	// kubelet may have restarted since, cut off): the graceful deletion,
+	// forced, proves nothing.
+	n.saw(stopped(pod("stale", "n1", ptr.To[int64](30))), true)
+	n.saw(pod("stale", "n1", ptr.To[int64](30)), true)
+	n.deleted(stopped(pod("stale", "n1", ptr.To[int64](0))), false, start)
+	// Finished (the kubelet's terminal phase) before the deletion: proven.
+	finishedFirst := stopped(pod("finished", "n1", ptr.To[int64](30)))
+	finishedFirst.Status.Phase = corev1.PodSucceeded
+	n.saw(finishedFirst, true)
+	n.deleted(stopped(pod("finished", "n1", ptr.To[int64](0))), false, start)
 	// A tombstone proves nothing, even after a graceful start.
-	n.saw(pod("tombstone", "n1", ptr.To[int64](30)))
+	n.saw(pod("tombstone", "n1", ptr.To[int64](30)), true)
 	n.deleted(pod("tombstone", "n1", nil), true, start)
 
 	for uid, want := range map[string]podEnd{"graceful": endGraceful, "force": endUnknown, "unbound": endNeverBound,
-		"tombstone": endUnknown, "never-seen": endUnknown, "graceful-then-forced": endUnknown} {
+		"tombstone": endUnknown, "never-seen": endUnknown, "graceful-then-forced": endUnknown, "stale": endUnknown,
+		"finished": endGraceful} {
 		if got := n.endOf(pod(uid, "", nil).UID); got != want {
 			t.Errorf("%s: end %v, want %v", uid, got, want)
 		}

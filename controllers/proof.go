@@ -132,6 +132,67 @@ func (d *deaths) deleted(uid types.UID, user string, now time.Time) (death, bool
 	return dd, ok && dd.user == user && dd.deletedAt != nil && now.Sub(*dd.deletedAt) <= deathRetention
 }
 
+// phases remembers, by pod UID, who set a pod's terminal phase when the
+// controller first saw it: the kubelet or another manager. Field managers
+// are metadata, which whoever may update a pod can rewrite afterwards (an
+// entry naming the kubelet added by hand); the first sighting of the
+// terminal phase shows the managers the apiserver computed for the write
+// that set it. A pod first seen terminal after a forged entry was added
+// (the manager started since) is judged by what it shows.
+type phases struct {
+	mu       sync.Mutex
+	byKubelet map[types.UID]bool
+}
+
+func newPhases() *phases { return &phases{byKubelet: map[types.UID]bool{}} }
+
+// saw notes, at the first sighting of pod's terminal phase, whether the
+// kubelet set it, and reports whether it did as first seen (true for a pod
+// not terminal: nothing to judge yet).
+func (ph *phases) saw(pod *corev1.Pod) bool {
+	if !terminal(pod) {
+		return true
+	}
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	if by, ok := ph.byKubelet[pod.UID]; ok {
+		return by
+	}
+	ph.byKubelet[pod.UID] = phaseSetBy(pod, kubeletManager)
+	return ph.byKubelet[pod.UID]
+}
+
+// verdict is what saw would report of pod, without noting anything.
+func (ph *phases) verdict(pod *corev1.Pod) bool {
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	if by, ok := ph.byKubelet[pod.UID]; ok {
+		return by
+	}
+	return !terminal(pod) || phaseSetBy(pod, kubeletManager)
+}
+
+// forget drops the note of a deleted pod, and reports what it said (verdict).
+func (ph *phases) forget(pod *corev1.Pod) bool {
+	by := ph.verdict(pod)
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	delete(ph.byKubelet, pod.UID)
+	return by
+}
+
+// terminal reports whether pod's phase is Succeeded or Failed.
+func terminal(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// finishedAsFirstSeen is finished, with the kubelet having set the terminal
+// phase as the controller first saw it (phases).
+// It notes the first sighting of a terminal phase whatever it shows.
+func (r *DistributedLockReconciler) finishedAsFirstSeen(pod *corev1.Pod) bool {
+	return r.phases.saw(pod) && finished(pod)
+}
+
 // serviceAccountUser is the principal user ("user=<username>") of pod's
 // ServiceAccount: the user of every token bound to the pod.
 func serviceAccountUser(pod *corev1.Pod) string {
@@ -152,7 +213,7 @@ func serviceAccountUser(pod *corev1.Pod) string {
 // ContainerStatusUnknown (the kubelet's guess when its runtime lost the
 // container, not a report that it stopped).
 func finished(pod *corev1.Pod) bool {
-	if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed || !phaseSetBy(pod, kubeletManager) {
+	if !terminal(pod) || !phaseSetBy(pod, kubeletManager) {
 		return false
 	}
 	for _, c := range pod.Status.Conditions {
@@ -245,7 +306,7 @@ func (r *DistributedLockReconciler) holderDeathProof(ctx context.Context, p *pas
 		why, proof = fmt.Sprintf("its pod (UID %s) was deleted after its kubelet reported it finished, every container terminated", uid), proofDeleted
 	default:
 		pod := r.holderPod(ctx, uid)
-		if pod == nil || serviceAccountUser(pod) != user || !finished(pod) {
+		if pod == nil || serviceAccountUser(pod) != user || !r.finishedAsFirstSeen(pod) {
 			return "", ""
 		}
 		note = r.deaths.sawFinished(pod, p.now)
@@ -306,7 +367,7 @@ func (r *DistributedLockReconciler) holderPodEvents() handler.EventHandler {
 	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 	seen := func(ctx context.Context, obj client.Object, q queue) {
 		pod, ok := obj.(*corev1.Pod)
-		if ok && finished(pod) {
+		if ok && r.finishedAsFirstSeen(pod) {
 			r.deaths.sawFinished(pod, r.Clock.Now())
 			r.enqueueHeldBy(ctx, pod, q)
 		}
@@ -319,7 +380,8 @@ func (r *DistributedLockReconciler) holderPodEvents() handler.EventHandler {
 			if !ok {
 				return
 			}
-			proven := !e.DeleteStateUnknown && finished(pod)
+			byKubelet := r.phases.forget(pod)
+			proven := !e.DeleteStateUnknown && byKubelet && finished(pod)
 			r.deaths.sawDeleted(pod, proven, r.Clock.Now())
 			if proven {
 				r.enqueueHeldBy(ctx, pod, q)

@@ -188,3 +188,32 @@ func TestDeathsAreRememberedForTheirPodsServiceAccountAndForAWhile(t *testing.T)
 		t.Errorf("serviceAccountUser without a ServiceAccount = %q, want the namespace's default", got)
 	}
 }
+
+func TestTheFirstSightingOfATerminalPhaseSaysWhoSetIt(t *testing.T) {
+	ph := newPhases()
+	running := finishedPod(corev1.PodRunning, running)
+	if !ph.saw(running) {
+		t.Error("a pod not terminal is judged as set by another manager")
+	}
+	byGC := finishedPod(corev1.PodFailed, terminated)
+	byGC.ManagedFields = []metav1.ManagedFieldsEntry{phaseBy("PodGC")}
+	if ph.saw(byGC) {
+		t.Error("a phase first seen set by the pod garbage collector is judged the kubelet's")
+	}
+	forged := byGC.DeepCopy()
+	forged.ManagedFields = append(forged.ManagedFields, phaseBy("kubelet")) // an entry added by hand
+	if ph.saw(forged) || ph.verdict(forged) {
+		t.Error("an entry naming the kubelet added after the first sighting changed the verdict")
+	}
+	if ph.forget(forged) {
+		t.Error("forget reports the kubelet for a phase first seen set by another manager")
+	}
+	if !ph.saw(finishedPod(corev1.PodSucceeded, terminated)) || len(ph.byKubelet) != 1 {
+		t.Errorf("after forget, a pod (of the same UID) first seen set by the kubelet: %v", ph.byKubelet)
+	}
+	gone := finishedPod(corev1.PodFailed, terminated)
+	gone.UID = "never-seen"
+	if !ph.verdict(gone) || !ph.forget(gone) {
+		t.Error("a pod never seen terminal is not judged by what its final state shows")
+	}
+}
