@@ -226,7 +226,8 @@ K8S_OLDEST_TESTS ?= \
 	TestPlaceNamingNoPodDoesNotStopTheController TestFencedObjectsNameTheirLockWithTheirFirstToken \
 	TestWorstLeaseTheGuardAllowsFitsAQuarterOfItsCELBudgets \
 	TestPrincipalsOutsideTheGrammarCannotGrantOrQueue \
-	TestParticipantsCannotForgeAProof TestProvenDeadHolderFailsOverAtOnce
+	TestParticipantsCannotForgeAProof TestProvenDeadHolderFailsOverAtOnce \
+	TestProofAttackLockUserCannotForgeThePhasesManager TestProofAttackOnlyNamespaceEditorsMayMintAPodsToken
 
 empty :=
 space := $(empty) $(empty)
