@@ -140,7 +140,7 @@ func (d *deaths) deleted(uid types.UID, user string, now time.Time) (death, bool
 // that set it. A pod first seen terminal after a forged entry was added
 // (the manager started since) is judged by what it shows.
 type phases struct {
-	mu       sync.Mutex
+	mu        sync.Mutex
 	byKubelet map[types.UID]bool
 }
 
