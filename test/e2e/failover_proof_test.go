@@ -12,8 +12,10 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/frontdesk-dev/frontdesk/api/v1alpha1"
 )
@@ -21,14 +23,21 @@ import (
 // Bounds of the failover test, at the lock's 15 s lease.
 const (
 	failoverLease = 15 * time.Second
-	// failoverFast bounds a failover that does not wait out the lease (a
-	// proof, or a release), generously for CI.
+	// failoverFast bounds the end of a grant that does not wait out the
+	// lease (a proof, or a release), generously for CI.
 	failoverFast = 5 * time.Second
-	// failoverLeaseFloor: a failover by the lease comes no sooner than the
+	// electorRetryPeriod is the electors' RetryPeriod (frontdesk-demo
+	// elector: controller-runtime's default), the period of a leader's
+	// renewals and of a candidate's attempts.
+	electorRetryPeriod = 2 * time.Second
+	// clientGoPickup is how long a client-go candidate may take to see the
+	// Lease free: client-go retries every RetryPeriod plus a jitter of up
+	// to 1.2 RetryPeriods (leaderelection.JitterFactor).
+	clientGoPickup = electorRetryPeriod * 22 / 10
+	// failoverLeaseFloor: a grant ends by the lease no sooner than the
 	// lease after the holder's last renewal, which was at most one renew
-	// period (the electors' RetryPeriod, 2 s) before the kill; 1 s more of
-	// margin.
-	failoverLeaseFloor = failoverLease - 2*time.Second - time.Second
+	// period before the kill; 1 s more of margin.
+	failoverLeaseFloor = failoverLease - electorRetryPeriod - time.Second
 	// failoverLeaseCeiling bounds a failover by the lease.
 	failoverLeaseCeiling = 2 * failoverLease
 )
@@ -37,22 +46,29 @@ const (
 type failoverExpect int
 
 const (
-	// byProof: at once (< failoverFast), the controller's HolderProvenDead.
+	// byProof: the grant ends at once (< failoverFast), the controller's
+	// HolderProvenDead.
 	byProof failoverExpect = iota
-	// byRelease: at once (< failoverFast), the holder released on its way
-	// out; whether a proof also came is recorded, not asserted.
+	// byRelease: the grant ends at once (< failoverFast), released by the
+	// holder on its way out.
 	byRelease
-	// byLease: no sooner than failoverLeaseFloor, and never by a proof.
+	// byLease: the grant ends no sooner than failoverLeaseFloor, and never
+	// by a proof.
 	byLease
 )
 
 // failoverWay is one way a holder dies, with the lock's spec.failover.
 type failoverWay struct {
+	// name says how the holder dies (no "/": it names a subtest).
 	name string
 	// holders is the testdata file of the two holder pods; waiting matches
 	// the log of the one that waits.
 	holders string
 	waiting *regexp.Regexp
+	// pickup is how long the waiting kind of holder may take to see the
+	// lock free, on top of failoverFast: clientGoPickup for the electors;
+	// none for kubectl dlock run, whose wait is a watch.
+	pickup time.Duration
 	// flags are the elector's extra flags (ELECTOR_FLAGS).
 	flags    string
 	restart  corev1.RestartPolicy
@@ -64,10 +80,13 @@ type failoverWay struct {
 	after func(t *tc, g Gomega, pod string)
 }
 
-// failoverResult is what one way measured: from the kill to the store's
-// acceptance of the next holder's first fenced write.
+// failoverResult is what one way measured from the kill: to the end of the
+// grant (the Lease's first write naming another holder, or none, as the
+// test's watch saw it), and to the store's acceptance of the next holder's
+// first fenced write.
 type failoverResult struct {
 	way      failoverWay
+	grantEnd time.Duration
 	took     time.Duration
 	reasons  []string
 	killedIn time.Duration
@@ -94,19 +113,24 @@ type failoverResult struct {
 // its fencing token as soon as it holds the lock, and the store records
 // when it accepted that write: the failover ends there. Both clocks are the
 // host's (kind's nodes are containers), and the kill's time is taken just
-// before the test sends it, so each figure is an upper bound.
+// before the test sends it, so each figure is an upper bound. The test
+// also times the end of the grant (its watch of the Lease): that is what
+// frontdesk decides, and what failoverFast bounds; a client-go candidate
+// then sees the Lease free at its next attempt, up to 2.2 RetryPeriods
+// (4.4 s) later, which the bound of the next write adds for the electors.
 func TestFailoverOnProof(t *testing.T) {
 	var results []failoverResult
 	for _, w := range failoverWays() {
-		t.Run(w.name, func(t *testing.T) {
+		t.Run(w.name+", failover "+string(w.failover), func(t *testing.T) {
 			results = append(results, runFailover(start(t, "failover"), w))
 		})
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "failover at a %s lease, from the kill to the next holder's first fenced write:\n", failoverLease)
+	fmt.Fprintf(&b, "failover at a %s lease, from the kill to the end of the grant, and to the next holder's first fenced write:\n", failoverLease)
 	for _, r := range results {
-		fmt.Fprintf(&b, "  %-76s failover %-5s %8s  (kill sent in %s; lock events %s)\n",
-			r.way.name, r.way.failover, r.took.Round(time.Millisecond), r.killedIn.Round(time.Millisecond), strings.Join(r.reasons, ","))
+		fmt.Fprintf(&b, "  %-80s failover %-5s grant ended %8s, next write %8s  (kill sent in %s; lock events %s)\n",
+			r.way.name, r.way.failover, r.grantEnd.Round(time.Millisecond), r.took.Round(time.Millisecond),
+			r.killedIn.Round(time.Millisecond), strings.Join(r.reasons, ","))
 	}
 	t.Log(b.String())
 }
@@ -130,17 +154,17 @@ func failoverWays() []failoverWay {
 			restart: never, failover: proof, kill: deletePod, expect: byRelease},
 		{name: "kubectl delete pod of a kubectl dlock run holder", holders: "failover-dlock-run.yaml", waiting: dlock,
 			restart: never, failover: lease, kill: deletePod, expect: byRelease},
-		{name: "kill -9 of a pkg/leaderelection operator, restartPolicy Never", holders: "failover-elector.yaml", waiting: elector,
+		{name: "kill -9 of an operator on pkg-leaderelection, restartPolicy Never", holders: "failover-elector.yaml", waiting: elector, pickup: clientGoPickup,
 			restart: never, failover: proof, kill: signal("9"), expect: byProof, after: podFailed("")},
-		{name: "kill -9 of a pkg/leaderelection operator, restartPolicy Never", holders: "failover-elector.yaml", waiting: elector,
+		{name: "kill -9 of an operator on pkg-leaderelection, restartPolicy Never", holders: "failover-elector.yaml", waiting: elector, pickup: clientGoPickup,
 			restart: never, failover: lease, kill: signal("9"), expect: byLease, after: podFailed("")},
-		{name: "OOM kill of a stock client-go elector, restartPolicy Never", holders: "failover-elector.yaml", waiting: elector,
+		{name: "OOM kill of a stock client-go elector, restartPolicy Never", holders: "failover-elector.yaml", waiting: elector, pickup: clientGoPickup,
 			flags: "--stock", restart: never, failover: proof, kill: signal("USR1"), expect: byProof, after: podFailed("OOMKilled")},
-		{name: "OOM kill of a stock client-go elector, restartPolicy Never", holders: "failover-elector.yaml", waiting: elector,
+		{name: "OOM kill of a stock client-go elector, restartPolicy Never", holders: "failover-elector.yaml", waiting: elector, pickup: clientGoPickup,
 			flags: "--stock", restart: never, failover: lease, kill: signal("USR1"), expect: byLease, after: podFailed("OOMKilled")},
-		{name: "kill -9 of a pkg/leaderelection operator, restartPolicy Always (a restart)", holders: "failover-elector.yaml", waiting: elector,
+		{name: "kill -9 of an operator on pkg-leaderelection, restartPolicy Always (a restart)", holders: "failover-elector.yaml", waiting: elector, pickup: clientGoPickup,
 			restart: always, failover: proof, kill: signal("9"), expect: byLease, after: podRestarted},
-		{name: "SIGSTOP of a pkg/leaderelection operator (frozen)", holders: "failover-elector.yaml", waiting: elector,
+		{name: "SIGSTOP of an operator on pkg-leaderelection (frozen)", holders: "failover-elector.yaml", waiting: elector, pickup: clientGoPickup,
 			restart: never, failover: proof, kill: signal("STOP"), expect: byLease, after: podRunning},
 	}
 	return ways
@@ -156,22 +180,13 @@ func runFailover(t *tc, w failoverWay) failoverResult {
 	for _, pod := range []string{"holder-a", "holder-b"} {
 		t.applyFile(w.holders, "HOLDER", pod, "RESTART_POLICY", string(w.restart), "ELECTOR_FLAGS", w.flags)
 	}
-	var first storeWrite
-	g.Eventually(func(g Gomega) {
-		writes := t.storeWrites()
-		g.Expect(writes).NotTo(BeEmpty(), "a holder's write")
-		first = writes[0]
-	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
-	holder, waiter := first.Writer, map[string]string{"holder-a": "holder-b", "holder-b": "holder-a"}[first.Writer]
-	g.Expect(waiter).NotTo(BeEmpty(), "the first write names a holder pod: %+v", first)
-	g.Eventually(func() (string, error) { return t.kubectl("-n", t.ns, "logs", waiter) }).
-		WithTimeout(2*time.Minute).WithPolling(time.Second).Should(MatchRegexp(w.waiting.String()), "%s waits for the lock", waiter)
-	t.stepf("%s holds the lock with fencing token %d; %s waits", holder, first.Token, waiter)
+	first := t.holding(g, w)
+	grantEnded := t.watchGrantEnd("leader")
 
 	killed := time.Now()
-	out, err := w.kill(t, holder)
-	sent := time.Since(killed)
-	g.Expect(err).NotTo(HaveOccurred(), "killing %s: %s", holder, out)
+	out, err := w.kill(t, first.Writer)
+	r := failoverResult{way: w, killedIn: time.Since(killed)}
+	g.Expect(err).NotTo(HaveOccurred(), "killing %s: %s", first.Writer, out)
 	var next storeWrite
 	g.Eventually(func(g Gomega) {
 		writes := t.storeWrites()
@@ -179,31 +194,89 @@ func runFailover(t *tc, w failoverWay) failoverResult {
 		g.Expect(i).NotTo(Equal(-1), "a write with a fencing token above %d", first.Token)
 		next = writes[i]
 	}).WithTimeout(failoverLeaseCeiling + time.Minute).WithPolling(time.Second).Should(Succeed())
-	took := next.At.Sub(killed)
-	t.stepf("%s wrote with fencing token %d, %s after the kill (sent in %s)", next.Writer, next.Token, took.Round(time.Millisecond), sent.Round(time.Millisecond))
+	r.took = next.At.Sub(killed)
+	r.grantEnd = grantEnded(g).Sub(killed)
+	t.stepf("grant ended %s after the kill (sent in %s); %s wrote with fencing token %d %s after the kill",
+		r.grantEnd.Round(time.Millisecond), r.killedIn.Round(time.Millisecond), next.Writer, next.Token, r.took.Round(time.Millisecond))
 
-	reasons := t.checkFailover(g, w, took)
+	r.reasons = t.checkFailover(g, w, r)
 	if w.after != nil {
-		w.after(t, g, holder)
+		w.after(t, g, first.Writer)
 	}
-	return failoverResult{way: w, took: took, reasons: reasons, killedIn: sent}
+	return r
 }
 
-// checkFailover asserts the failover's time and, from the lock's events,
-// whether a proof ended the grant; it returns the events' reasons.
-func (t *tc) checkFailover(g Gomega, w failoverWay, took time.Duration) []string {
+// holding waits for the first write to the store, whose writer holds the
+// lock, and for the other pod to wait for the lock; it returns that write.
+func (t *tc) holding(g Gomega, w failoverWay) storeWrite {
+	var first storeWrite
+	g.Eventually(func(g Gomega) {
+		writes := t.storeWrites()
+		g.Expect(writes).NotTo(BeEmpty(), "a holder's write")
+		first = writes[0]
+	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	waiter := map[string]string{"holder-a": "holder-b", "holder-b": "holder-a"}[first.Writer]
+	g.Expect(waiter).NotTo(BeEmpty(), "the first write names a holder pod: %+v", first)
+	g.Eventually(func() (string, error) { return t.kubectl("-n", t.ns, "logs", waiter) }).
+		WithTimeout(2*time.Minute).WithPolling(time.Second).Should(MatchRegexp(w.waiting.String()), "%s waits for the lock", waiter)
+	t.stepf("%s holds the lock with fencing token %d; %s waits", first.Writer, first.Token, waiter)
+	return first
+}
+
+// watchGrantEnd watches a Lease of the test's namespace from now on and
+// returns a function that waits for the first write naming another holder
+// than the current one (or none: the controller ended the grant, or the
+// holder released it) and returns when the watch showed it.
+func (t *tc) watchGrantEnd(name string) func(g Gomega) time.Time {
+	t.Helper()
+	leases := t.cs.CoordinationV1().Leases(t.ns)
+	l, err := leases.Get(t.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading Lease %s: %v", name, err)
+	}
+	holder := ptr.Deref(l.Spec.HolderIdentity, "")
+	w, err := leases.Watch(t.ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: l.ResourceVersion})
+	if err != nil {
+		t.Fatalf("watching Lease %s: %v", name, err)
+	}
+	t.Cleanup(w.Stop)
+	ended := make(chan time.Time, 1)
+	go func() {
+		for ev := range w.ResultChan() {
+			if nl, ok := ev.Object.(*coordinationv1.Lease); ok && ptr.Deref(nl.Spec.HolderIdentity, "") != holder {
+				ended <- time.Now()
+				return
+			}
+		}
+	}()
+	return func(g Gomega) time.Time {
+		select {
+		case at := <-ended:
+			return at
+		case <-time.After(failoverLeaseCeiling + time.Minute):
+			g.Expect(false).To(BeTrue(), "Lease %s still names %s", name, holder)
+			return time.Time{}
+		}
+	}
+}
+
+// checkFailover asserts when the grant ended and when the next holder
+// wrote and, from the lock's events, whether a proof ended the grant; it
+// returns the events' reasons.
+func (t *tc) checkFailover(g Gomega, w failoverWay, r failoverResult) []string {
 	var reasons []string
 	switch w.expect {
-	case byProof:
-		g.Expect(took).To(BeNumerically("<", failoverFast), "failed over on proof, not by the lease")
+	case byProof, byRelease:
+		g.Expect(r.grantEnd).To(BeNumerically("<", failoverFast), "the grant ended at once, not by the lease")
+		g.Expect(r.took).To(BeNumerically("<", failoverFast+w.pickup), "the next holder wrote at once (its pickup: %s)", w.pickup)
+		if w.expect == byRelease {
+			return t.lockEventReasons("leader")
+		}
 		g.Eventually(func() []string { reasons = t.lockEventReasons("leader"); return reasons }).
 			WithTimeout(time.Minute).WithPolling(time.Second).Should(ContainElement("HolderProvenDead"))
-	case byRelease:
-		g.Expect(took).To(BeNumerically("<", failoverFast), "the holder released on its way out")
-		reasons = t.lockEventReasons("leader")
 	case byLease:
-		g.Expect(took).To(BeNumerically(">=", failoverLeaseFloor), "failed over by the lease, not before it")
-		g.Expect(took).To(BeNumerically("<", failoverLeaseCeiling))
+		g.Expect(r.grantEnd).To(BeNumerically(">=", failoverLeaseFloor), "the grant ended by the lease, not before it")
+		g.Expect(r.took).To(BeNumerically("<", failoverLeaseCeiling))
 		reasons = t.lockEventReasons("leader")
 		g.Expect(reasons).NotTo(ContainElement("HolderProvenDead"), "never ended by a proof")
 	}
