@@ -3,7 +3,10 @@
 # FROM that needs a registry: the same contents as Dockerfile,
 # Dockerfile.kubectl-dlock and Dockerfile.demo (static binaries, user
 # 65532:65532; the demo image gets busybox from Debian's busybox-static for
-# sh, pkill and wget), each turned into an image by `docker import`.
+# sh, pkill and wget), each turned into an image by `docker import`. The
+# plugin image gets busybox too, which Dockerfile.kubectl-dlock's has not:
+# the e2e tests run commands under a lock with it (`kubectl dlock run NAME --
+# sh -c ...`).
 # Where a registry is reachable, `make docker-build` builds the same images
 # from the Dockerfiles.
 #
@@ -13,9 +16,8 @@
 #
 # With SOURCE_REF, the manager and kubectl-dlock are built from that commit
 # of this repository (git archive, kept under bin/kind/source/), for the
-# e2e test of an upgrade from an earlier release; the plugin image then
-# carries busybox too, so that a test pod can run a command under a lock
-# with it, and no demo image is built.
+# e2e test of an upgrade from an earlier release, and no demo image is
+# built.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,12 +29,10 @@ manager_image=${1:?$usage}
 plugin_image=${2:?$usage}
 src="$root"
 work="$root/bin/kind/frontdesk"
-plugin_busybox=
 if [[ -n "${SOURCE_REF:-}" ]]; then
   commit=$(git -C "$root" rev-parse --verify "$SOURCE_REF^{commit}")
   src="$root/bin/kind/source/$commit"
   work="$root/bin/kind/frontdesk-$commit"
-  plugin_busybox=busybox
   if [[ ! -f "$src/.complete" ]]; then
     rm -rf "$src"
     mkdir -p "$src"
@@ -85,7 +85,7 @@ image() {
 }
 
 image "$manager_image" manager
-image "$plugin_image" kubectl-dlock ${plugin_busybox:+"$plugin_busybox"}
+image "$plugin_image" kubectl-dlock busybox
 if [[ -z "${SOURCE_REF:-}" ]]; then
   image "$demo_image" frontdesk-demo busybox
 fi

@@ -5,7 +5,11 @@
 // counts are printed side by side. Its subcommands run the parts as
 // processes of their own, as the e2e tests run them in pods: `ledger`, `worker`
 // (competes for the lock with the client library) and `charge` (charges with
-// the token of a grant held for it, as a lock-admitted pod does).
+// the token of a grant held for it, as a lock-admitted pod does). The e2e
+// failover test runs two more: `elector` (an operator's replica, client-go's
+// leader election through pkg/leaderelection or on client-go's own
+// LeaseLock) and `store` (a fenced store that records when it accepted each
+// write).
 package main
 
 import (
@@ -33,6 +37,12 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "charge" {
 		os.Exit(demo.ChargeMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "elector" {
+		os.Exit(electorMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "store" {
+		os.Exit(storeMain(os.Args[2:]))
 	}
 	opts := demo.DefaultOptions()
 	fast := flag.Bool("fast", false, "Scaled-down run (2,000 customers, TTL 3s, job 5s) that finishes well under a minute.")
