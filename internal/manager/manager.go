@@ -130,7 +130,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("creating the holder-pod cache: %w", err)
 	}
-	if err := mgr.Add(holderPods); err != nil {
+	if err := mgr.Add(everyReplica{holderPods}); err != nil {
 		return nil, fmt.Errorf("adding the holder-pod cache: %w", err)
 	}
 	reconciler := &controllers.DistributedLockReconciler{
@@ -208,3 +208,12 @@ func readyWhenCacheSynced(caches ...cache.Cache) healthz.Checker {
 		return nil
 	}
 }
+
+// everyReplica runs a cache on every replica, not only the leader, as the
+// manager's own cache runs: a standby keeps it synced (readiness waits for
+// it) and takes over with it warm. A cache of several ByObject settings
+// does not say so itself.
+type everyReplica struct{ cache.Cache }
+
+// NeedLeaderElection reports that the cache needs no leader election.
+func (everyReplica) NeedLeaderElection() bool { return false }
