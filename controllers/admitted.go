@@ -100,7 +100,7 @@ func (r *DistributedLockReconciler) admittedFate(ctx context.Context, p *pass, p
 	case pod == nil:
 		return r.waitOut(p, "gone/"+string(uid),
 			fmt.Sprintf("pod %s went without a confirmed stop (force deletion): waited out the lease duration", name))
-	case terminal(pod) && containersStopped(pod) && r.phases.saw(pod):
+	case terminal(pod) && containersStopped(pod, r.phases.noted(pod)):
 		return fmt.Sprintf("pod %s %s", name, pod.Status.Phase), 0, nil
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		return r.waitOut(p, "finished/"+string(uid), fmt.Sprintf(

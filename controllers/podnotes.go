@@ -69,7 +69,8 @@ func (n *podNotes) saw(p *corev1.Pod, kubeletPhase bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, seen := n.graceful[p.UID]; !seen {
-		n.graceful[p.UID] = !containersStopped(p) || terminal(p) && kubeletPhase
+		reported := len(p.Spec.Containers) > 0 && allTerminated(containerNames(p.Spec.Containers), p.Status.ContainerStatuses)
+		n.graceful[p.UID] = !reported || terminal(p) && kubeletPhase
 	}
 }
 
@@ -79,12 +80,13 @@ type endNote struct {
 	at  time.Time
 }
 
-// deleted notes how the pod went, from its last stored state, as of now;
+// deleted notes how the pod went, from its last stored state (kubeletPhase:
+// whether the kubelet set a terminal phase, as first seen), as of now;
 // unknown (a missed deletion, a tombstone) proves nothing. Ends noted more
 // than deathRetention before now are forgotten (an admitted pod's grant is
 // judged on its pod's delete event; a later pass without the note waits
 // the grant out).
-func (n *podNotes) deleted(p *corev1.Pod, unknown bool, now time.Time) {
+func (n *podNotes) deleted(p *corev1.Pod, unknown, kubeletPhase bool, now time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for uid, e := range n.ended {
@@ -96,7 +98,7 @@ func (n *podNotes) deleted(p *corev1.Pod, unknown bool, now time.Time) {
 	case unknown:
 	case p.Spec.NodeName == "":
 		n.ended[p.UID] = endNote{endNeverBound, now}
-	case n.graceful[p.UID] && containersStopped(p):
+	case n.graceful[p.UID] && containersStopped(p, kubeletPhase):
 		// The kubelet reported every container terminated, then removed
 		// the pod: a force deletion of a pod still terminating shows them
 		// running.
@@ -107,11 +109,11 @@ func (n *podNotes) deleted(p *corev1.Pod, unknown bool, now time.Time) {
 
 // mayProve reports whether p's delete event would prove how it ended (see
 // deleted): only then is the deletion worth checking with the apiserver.
-func (n *podNotes) mayProve(p *corev1.Pod) bool {
+func (n *podNotes) mayProve(p *corev1.Pod, kubeletPhase bool) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return p.Annotations[locksv1alpha1.RunsHoldingAnnotation] != "" &&
-		(p.Spec.NodeName == "" || n.graceful[p.UID] && containersStopped(p))
+		(p.Spec.NodeName == "" || n.graceful[p.UID] && containersStopped(p, kubeletPhase))
 }
 
 // endOf is what is proven about how the pod with uid went.
@@ -176,8 +178,10 @@ func (r *DistributedLockReconciler) podEvents() handler.EventHandler {
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) { enqueue(ctx, e.ObjectNew, q) },
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
 			if p, ok := e.Object.(*corev1.Pod); ok {
-				r.podNotes.saw(p, r.phases.verdict(p))
-				r.podNotes.deleted(p, e.DeleteStateUnknown || !r.podNotes.mayProve(p) || !r.deletedAt(ctx, p), r.Clock.Now())
+				byKubelet := r.phases.forget(p, r.Clock.Now())
+				r.podNotes.saw(p, byKubelet)
+				unknown := e.DeleteStateUnknown || !r.podNotes.mayProve(p, byKubelet) || !r.deletedAt(ctx, p)
+				r.podNotes.deleted(p, unknown, byKubelet, r.Clock.Now())
 			}
 			enqueue(ctx, e.Object, q)
 		},
@@ -188,13 +192,19 @@ func (r *DistributedLockReconciler) podEvents() handler.EventHandler {
 // containersStopped reports whether p's status, as its kubelet wrote it,
 // shows every container of p terminated (and not as ContainerStatusUnknown,
 // the kubelet's guess when its runtime lost a container): the proof that
-// it stopped. A terminal phase must be the kubelet's too: the pod garbage
-// collector marks pods Failed over whatever statuses their cut-off kubelet
-// last wrote, and a force deletion removes them, without it.
-func containersStopped(p *corev1.Pod) bool {
-	terminal := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+// it stopped. A terminal phase must be the kubelet's, as the controller
+// first saw it (kubeletPhase), without the pod garbage collector's mark:
+// the pod garbage collector marks pods Failed over whatever statuses their
+// cut-off kubelet last wrote, and a force deletion removes them, without
+// it.
+func containersStopped(p *corev1.Pod, kubeletPhase bool) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Reason == "DeletionByPodGC" {
+			return false
+		}
+	}
 	return len(p.Spec.Containers) > 0 && allTerminated(containerNames(p.Spec.Containers), p.Status.ContainerStatuses) &&
-		(!terminal || phaseSetBy(p, kubeletManager))
+		(!terminal(p) || kubeletPhase)
 }
 
 // deletedAt reports whether the pod of a delete event was deleted at the

@@ -35,30 +35,30 @@ func TestPodNotesProveOnlyWhatTheWatchShowed(t *testing.T) {
 	// Graceful: seen terminating with a grace period on its node, then
 	// deleted (the kubelet's grace-0 delete).
 	n.saw(pod("graceful", "n1", ptr.To[int64](30)), true)
-	n.deleted(stopped(pod("graceful", "n1", ptr.To[int64](0))), false, start)
+	n.deleted(stopped(pod("graceful", "n1", ptr.To[int64](0))), false, true, start)
 	// Graceful, then forced while its containers still ran (a partitioned
 	// kubelet): no proof.
 	n.saw(pod("graceful-then-forced", "n1", ptr.To[int64](30)), true)
-	n.deleted(running(pod("graceful-then-forced", "n1", ptr.To[int64](0))), false, start)
+	n.deleted(running(pod("graceful-then-forced", "n1", ptr.To[int64](0))), false, true, start)
 	// Force: deleted with grace 0 straight from running.
 	n.saw(pod("force", "n1", ptr.To[int64](0)), true)
-	n.deleted(pod("force", "n1", ptr.To[int64](0)), false, start)
+	n.deleted(pod("force", "n1", ptr.To[int64](0)), false, true, start)
 	// Unbound: deleted before any node.
-	n.deleted(pod("unbound", "", ptr.To[int64](0)), false, start)
+	n.deleted(pod("unbound", "", ptr.To[int64](0)), false, true, start)
 	// Its containers reported stopped before the deletion (a crash the
 	// kubelet may have restarted since, cut off): the graceful deletion,
 	// forced, proves nothing.
 	n.saw(stopped(pod("stale", "n1", ptr.To[int64](30))), true)
 	n.saw(pod("stale", "n1", ptr.To[int64](30)), true)
-	n.deleted(stopped(pod("stale", "n1", ptr.To[int64](0))), false, start)
+	n.deleted(stopped(pod("stale", "n1", ptr.To[int64](0))), false, true, start)
 	// Finished (the kubelet's terminal phase) before the deletion: proven.
 	finishedFirst := stopped(pod("finished", "n1", ptr.To[int64](30)))
 	finishedFirst.Status.Phase = corev1.PodSucceeded
 	n.saw(finishedFirst, true)
-	n.deleted(stopped(pod("finished", "n1", ptr.To[int64](0))), false, start)
+	n.deleted(stopped(pod("finished", "n1", ptr.To[int64](0))), false, true, start)
 	// A tombstone proves nothing, even after a graceful start.
 	n.saw(pod("tombstone", "n1", ptr.To[int64](30)), true)
-	n.deleted(pod("tombstone", "n1", nil), true, start)
+	n.deleted(pod("tombstone", "n1", nil), true, true, start)
 
 	for uid, want := range map[string]podEnd{"graceful": endGraceful, "force": endUnknown, "unbound": endNeverBound,
 		"tombstone": endUnknown, "never-seen": endUnknown, "graceful-then-forced": endUnknown, "stale": endUnknown,
@@ -68,7 +68,7 @@ func TestPodNotesProveOnlyWhatTheWatchShowed(t *testing.T) {
 		}
 	}
 	// Ends are forgotten after deathRetention, at the next deletion noted.
-	n.deleted(pod("later", "", ptr.To[int64](0)), false, start.Add(deathRetention+time.Second))
+	n.deleted(pod("later", "", ptr.To[int64](0)), false, true, start.Add(deathRetention+time.Second))
 	if got := n.endOf(pod("graceful", "", nil).UID); got != endUnknown {
 		t.Errorf("graceful, after the retention: end %v, want it forgotten", got)
 	}

@@ -133,18 +133,29 @@ func (d *deaths) deleted(uid types.UID, user string, now time.Time) (death, bool
 }
 
 // phases remembers, by pod UID, who set a pod's terminal phase when the
-// controller first saw it: the kubelet or another manager. Field managers
-// are metadata, which whoever may update a pod can rewrite afterwards (an
-// entry naming the kubelet added by hand); the first sighting of the
-// terminal phase shows the managers the apiserver computed for the write
-// that set it. A pod first seen terminal after a forged entry was added
-// (the manager started since) is judged by what it shows.
+// controller's watch first showed it: the kubelet or another manager. Field
+// managers are metadata, which whoever may update a pod can rewrite
+// afterwards (an entry naming the kubelet added by hand); the first
+// sighting of the terminal phase shows the managers the apiserver computed
+// for the write that set it. The watch handlers note it (saw) before they
+// queue any pass; passes only read it (noted), so a pass that reads a pod
+// before its handler ran notes nothing. A deleted pod's note is kept
+// deathRetention, so that the other cache's late events see the same
+// verdict and note nothing anew. A pod first seen terminal after a forged
+// entry was added (the manager started since, a watch relisted) is judged
+// by what it shows.
 type phases struct {
-	mu        sync.Mutex
-	byKubelet map[types.UID]bool
+	mu sync.Mutex
+	of map[types.UID]phaseNote
 }
 
-func newPhases() *phases { return &phases{byKubelet: map[types.UID]bool{}} }
+type phaseNote struct {
+	byKubelet bool
+	// forgottenAt is when the pod was seen deleted (nil while it lives).
+	forgottenAt *time.Time
+}
+
+func newPhases() *phases { return &phases{of: map[types.UID]phaseNote{}} }
 
 // saw notes, at the first sighting of pod's terminal phase, whether the
 // kubelet set it, and reports whether it did as first seen (true for a pod
@@ -155,42 +166,57 @@ func (ph *phases) saw(pod *corev1.Pod) bool {
 	}
 	ph.mu.Lock()
 	defer ph.mu.Unlock()
-	if by, ok := ph.byKubelet[pod.UID]; ok {
-		return by
+	if n, ok := ph.of[pod.UID]; ok {
+		return n.byKubelet
 	}
-	ph.byKubelet[pod.UID] = phaseSetBy(pod, kubeletManager)
-	return ph.byKubelet[pod.UID]
+	ph.of[pod.UID] = phaseNote{byKubelet: phaseSetBy(pod, kubeletManager)}
+	return ph.of[pod.UID].byKubelet
+}
+
+// noted reports whether the kubelet set pod's terminal phase as a watch
+// handler first saw it: false when no handler noted it yet (true for a pod
+// not terminal).
+func (ph *phases) noted(pod *corev1.Pod) bool {
+	if !terminal(pod) {
+		return true
+	}
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	n, ok := ph.of[pod.UID]
+	return ok && n.byKubelet
 }
 
 // verdict is what saw would report of pod, without noting anything.
 func (ph *phases) verdict(pod *corev1.Pod) bool {
 	ph.mu.Lock()
 	defer ph.mu.Unlock()
-	if by, ok := ph.byKubelet[pod.UID]; ok {
-		return by
+	if n, ok := ph.of[pod.UID]; ok {
+		return n.byKubelet
 	}
 	return !terminal(pod) || phaseSetBy(pod, kubeletManager)
 }
 
-// forget drops the note of a deleted pod, and reports what it said (verdict).
-func (ph *phases) forget(pod *corev1.Pod) bool {
+// forget notes, as of now, that pod was deleted, forgets the notes of pods
+// deleted more than deathRetention before, and reports the verdict on pod.
+func (ph *phases) forget(pod *corev1.Pod, now time.Time) bool {
 	by := ph.verdict(pod)
 	ph.mu.Lock()
 	defer ph.mu.Unlock()
-	delete(ph.byKubelet, pod.UID)
+	for uid, n := range ph.of {
+		if n.forgottenAt != nil && now.Sub(*n.forgottenAt) > deathRetention {
+			delete(ph.of, uid)
+		}
+	}
+	if n, ok := ph.of[pod.UID]; ok && n.forgottenAt != nil {
+		return n.byKubelet
+	}
+	ph.of[pod.UID] = phaseNote{byKubelet: by, forgottenAt: &now}
 	return by
 }
 
 // terminal reports whether pod's phase is Succeeded or Failed.
 func terminal(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-}
-
-// finishedAsFirstSeen is finished, with the kubelet having set the terminal
-// phase as the controller first saw it (phases).
-// It notes the first sighting of a terminal phase whatever it shows.
-func (r *DistributedLockReconciler) finishedAsFirstSeen(pod *corev1.Pod) bool {
-	return r.phases.saw(pod) && finished(pod)
 }
 
 // serviceAccountUser is the principal user ("user=<username>") of pod's
@@ -306,7 +332,7 @@ func (r *DistributedLockReconciler) holderDeathProof(ctx context.Context, p *pas
 		why, proof = fmt.Sprintf("its pod (UID %s) was deleted after its kubelet reported it finished, every container terminated", uid), proofDeleted
 	default:
 		pod := r.holderPod(ctx, uid)
-		if pod == nil || serviceAccountUser(pod) != user || !r.finishedAsFirstSeen(pod) {
+		if pod == nil || serviceAccountUser(pod) != user || !finished(pod) || !r.phases.noted(pod) {
 			return "", ""
 		}
 		note = r.deaths.sawFinished(pod, p.now)
@@ -367,7 +393,7 @@ func (r *DistributedLockReconciler) holderPodEvents() handler.EventHandler {
 	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 	seen := func(ctx context.Context, obj client.Object, q queue) {
 		pod, ok := obj.(*corev1.Pod)
-		if ok && r.finishedAsFirstSeen(pod) {
+		if ok && r.phases.saw(pod) && finished(pod) {
 			r.deaths.sawFinished(pod, r.Clock.Now())
 			r.enqueueHeldBy(ctx, pod, q)
 		}
@@ -380,7 +406,7 @@ func (r *DistributedLockReconciler) holderPodEvents() handler.EventHandler {
 			if !ok {
 				return
 			}
-			byKubelet := r.phases.forget(pod)
+			byKubelet := r.phases.forget(pod, r.Clock.Now())
 			proven := !e.DeleteStateUnknown && byKubelet && finished(pod)
 			r.deaths.sawDeleted(pod, proven, r.Clock.Now())
 			if proven {

@@ -190,10 +190,19 @@ func TestDeathsAreRememberedForTheirPodsServiceAccountAndForAWhile(t *testing.T)
 }
 
 func TestTheFirstSightingOfATerminalPhaseSaysWhoSetIt(t *testing.T) {
+	start := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
 	ph := newPhases()
 	running := finishedPod(corev1.PodRunning, running)
-	if !ph.saw(running) {
+	if !ph.saw(running) || !ph.noted(running) {
 		t.Error("a pod not terminal is judged as set by another manager")
+	}
+	byKubelet := finishedPod(corev1.PodFailed, terminated)
+	byKubelet.UID = "by-kubelet"
+	if ph.noted(byKubelet) {
+		t.Error("a terminal phase no handler noted yet counts as the kubelet's for a pass")
+	}
+	if !ph.saw(byKubelet) || !ph.noted(byKubelet) {
+		t.Error("a phase first seen set by the kubelet is not judged the kubelet's")
 	}
 	byGC := finishedPod(corev1.PodFailed, terminated)
 	byGC.ManagedFields = []metav1.ManagedFieldsEntry{phaseBy("PodGC")}
@@ -202,18 +211,24 @@ func TestTheFirstSightingOfATerminalPhaseSaysWhoSetIt(t *testing.T) {
 	}
 	forged := byGC.DeepCopy()
 	forged.ManagedFields = append(forged.ManagedFields, phaseBy("kubelet")) // an entry added by hand
-	if ph.saw(forged) || ph.verdict(forged) {
+	if ph.saw(forged) || ph.noted(forged) || ph.verdict(forged) {
 		t.Error("an entry naming the kubelet added after the first sighting changed the verdict")
 	}
-	if ph.forget(forged) {
+	if ph.forget(forged, start) {
 		t.Error("forget reports the kubelet for a phase first seen set by another manager")
 	}
-	if !ph.saw(finishedPod(corev1.PodSucceeded, terminated)) || len(ph.byKubelet) != 1 {
-		t.Errorf("after forget, a pod (of the same UID) first seen set by the kubelet: %v", ph.byKubelet)
+	if ph.forget(forged, start.Add(time.Second)) {
+		t.Error("the other cache's forget of the same deletion reports the kubelet")
+	}
+	if ph.saw(forged) || ph.verdict(forged) {
+		t.Error("a late event of the deleted pod (the other cache's) is judged anew")
 	}
 	gone := finishedPod(corev1.PodFailed, terminated)
 	gone.UID = "never-seen"
-	if !ph.verdict(gone) || !ph.forget(gone) {
+	if !ph.forget(gone, start.Add(deathRetention+time.Second)) {
 		t.Error("a pod never seen terminal is not judged by what its final state shows")
+	}
+	if _, kept := ph.of[forged.UID]; kept {
+		t.Error("the note of a pod deleted longer than the retention ago was kept")
 	}
 }
