@@ -35,7 +35,7 @@ import (
 // own status writes.
 func kubeletPhaseEntry() metav1.ManagedFieldsEntry {
 	return metav1.ManagedFieldsEntry{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
-		Time: new(metav1.Now()), FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:phase":{}}}`)},
+		Time: new(metav1.Now()), FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:phase":{}}}`),
 		Subresource: "status"}
 }
 
@@ -52,7 +52,7 @@ func phaseManagersOf(g Gomega, ns, name string) []string {
 		var f struct {
 			Status map[string]json.RawMessage `json:"f:status"`
 		}
-		if json.Unmarshal(e.FieldsV1.Raw, &f) == nil {
+		if json.Unmarshal(e.FieldsV1.GetRawBytes(), &f) == nil {
 			if _, ok := f.Status["f:phase"]; ok {
 				out = append(out, e.Manager+"/"+e.Subresource)
 			}
