@@ -49,10 +49,7 @@ func newLockAccess() *lockAccess { return &lockAccess{answers: map[string]access
 // whose Lease is leaseName, and when to ask again if it may not.
 func (r *DistributedLockReconciler) podMayUseLock(ctx context.Context, lock *locksv1alpha1.DistributedLock, leaseName string,
 	pod *corev1.Pod, now time.Time) (bool, error) {
-	sa := pod.Spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
-	}
+	sa := serviceAccountOf(pod)
 	key := pod.Namespace + "/" + sa + "/" + lock.Name + "/" + leaseName
 	r.access.mu.Lock()
 	known, ok := r.access.answers[key]

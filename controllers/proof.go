@@ -222,11 +222,16 @@ func terminal(pod *corev1.Pod) bool {
 // serviceAccountUser is the principal user ("user=<username>") of pod's
 // ServiceAccount: the user of every token bound to the pod.
 func serviceAccountUser(pod *corev1.Pod) string {
-	sa := pod.Spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
+	return "user=system:serviceaccount:" + pod.Namespace + ":" + serviceAccountOf(pod)
+}
+
+// serviceAccountOf is the name of pod's ServiceAccount ("default" when the
+// pod names none).
+func serviceAccountOf(pod *corev1.Pod) string {
+	if sa := pod.Spec.ServiceAccountName; sa != "" {
+		return sa
 	}
-	return "user=system:serviceaccount:" + pod.Namespace + ":" + sa
+	return "default"
 }
 
 // finished reports whether pod's stored state proves that no process of it
@@ -237,23 +242,15 @@ func serviceAccountUser(pod *corev1.Pod) string {
 // garbage collector's DisruptionTarget, and every container the spec names
 // has a status of that name, terminated, for a reason other than
 // ContainerStatusUnknown (the kubelet's guess when its runtime lost the
-// container, not a report that it stopped).
+// container, not a report that it stopped): containersStopped, for the
+// init and ephemeral containers too.
 func finished(pod *corev1.Pod) bool {
-	if !terminal(pod) || !phaseSetBy(pod, kubeletManager) {
-		return false
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.DisruptionTarget && c.Reason == "DeletionByPodGC" {
-			return false
-		}
-	}
 	ephemeral := make([]string, len(pod.Spec.EphemeralContainers))
 	for i, c := range pod.Spec.EphemeralContainers {
 		ephemeral[i] = c.Name
 	}
-	return len(pod.Spec.Containers) > 0 &&
+	return terminal(pod) && containersStopped(pod, phaseSetBy(pod, kubeletManager)) &&
 		allTerminated(containerNames(pod.Spec.InitContainers), pod.Status.InitContainerStatuses) &&
-		allTerminated(containerNames(pod.Spec.Containers), pod.Status.ContainerStatuses) &&
 		allTerminated(ephemeral, pod.Status.EphemeralContainerStatuses)
 }
 
